@@ -1,0 +1,3 @@
+from kinfer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Engines run models. `mlx` and `llama_cpp` are imported only inside their own modules."""

@@ -1,0 +1,115 @@
+"""The small engine protocol every engine implements, and the values it exchanges.
+
+An engine is owned by one thread (llama contexts and MLX streams are thread-bound): the scheduler
+creates it there, calls `submit` when `free_rows > 0`, calls `step` in a loop while `has_work`, and
+routes each `JobUpdate` to the request it belongs to. The engine never blocks on a consumer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from kinfer.protocol import FinishReason, Sampling
+
+EngineName = Literal["llama.cpp", "mlx", "scripted"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the rest of kinfer needs to know about a loaded model."""
+
+    name: str
+    engine: EngineName
+    architecture: str
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    context_length: int  # tokens per row (prompt + reply)
+    rows: int  # replies decoded together
+    recurrent: bool = False  # recurrent/hybrid state: the prefix pool adopts exact checkpoints only
+    train_context_length: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    """One reply to generate. `max_tokens` already fits the row (the scheduler clips it)."""
+
+    job_id: str
+    prompt: tuple[int, ...]
+    sampling: Sampling
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    # prompt lengths (in tokens) worth saving as exact prefix-pool checkpoints: the end of the system
+    # prompt and the end of the conversation before the newest turn (used by recurrent models)
+    checkpoints: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    """What one step did for one job. Only jobs that changed appear in a step's list."""
+
+    job_id: str
+    text: str = ""  # newly released text; stop strings are held back until they cannot match
+    new_tokens: int = 0  # tokens sampled in this step
+    prompt_processed: int = 0  # prompt tokens in the row so far, reused ones included
+    reused_tokens: int = 0  # prompt tokens adopted from the prefix pool (no recompute)
+    finish: FinishReason | None = None  # "stop" | "length" | "cancelled" once the row is freed
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for /metrics and the dashboard; cheap to build once per step."""
+
+    rows_total: int = 0
+    rows_busy: int = 0
+    tokens_last_step: int = 0
+    prompt_tokens_total: int = 0
+    generated_tokens_total: int = 0
+    reused_tokens_total: int = 0
+    prefix_lookups: int = 0
+    prefix_hits: int = 0
+    steps_total: int = 0
+    memory: dict[str, int] = field(default_factory=dict)  # bytes: e.g. mlx_active, mlx_peak, mlx_cache, kv
+
+
+class Engine(Protocol):
+    """A loaded model that batches replies. All methods are called from the engine's own thread."""
+
+    info: ModelInfo
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt: special tokens parsed, BOS added only if the model wants
+        one and the text does not already start with it."""
+        ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    @property
+    def free_rows(self) -> int:
+        """Rows a new job may take now."""
+        ...
+
+    @property
+    def has_work(self) -> bool:
+        """True while any row is prefilling or generating."""
+        ...
+
+    def submit(self, job: GenerationJob) -> None:
+        """Give the job a row; its prompt is prefilled over the next steps. Raises if no row is free."""
+        ...
+
+    def cancel(self, job_id: str) -> None:
+        """Free the job's row now; the next `step` reports it finished with reason "cancelled"."""
+        ...
+
+    def step(self) -> list[JobUpdate]:
+        """One forward pass for every active row (plus prompt chunks); returns what changed."""
+        ...
+
+    def stats(self) -> EngineStats: ...
+
+    def close(self) -> None:
+        """Free the model and its memory."""
+        ...

@@ -1,0 +1,373 @@
+"""The llama.cpp engine: GGUF models, continuous batching over one llama.cpp context.
+
+One context holds `rows` sequence ids for replies plus one pool slot per row for saved prompts
+(see llama_pool.py). Each `step` is one `llama_decode` carrying every generating row's next token and
+then chunks of waiting prompts, up to a token budget; logits are requested only where a token is
+sampled. Each row samples with its own llama.cpp sampler chain. A row is freed the moment it
+finishes or is cancelled, and only its own cells are dropped, so the next job can take it at once.
+
+Everything here runs on the scheduler's engine thread, which also builds the engine.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from pathlib import Path
+
+from kinfer.engines import llama_native as native
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.llama_pool import PrefixPool
+from kinfer.engines.llama_sizing import SizePlan, plan_size
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.errors import Busy, InvalidRequest, PromptTooLong
+from kinfer.protocol import FinishReason
+
+log = logging.getLogger(__name__)
+
+
+class _Row:
+    """The mutable state of one reply in progress (engine-internal)."""
+
+    __slots__ = (
+        "checkpoints",
+        "decoder",
+        "generated",
+        "job",
+        "matcher",
+        "order",
+        "pending",
+        "reused",
+        "sampler",
+        "seq",
+        "tokens",
+    )
+
+    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
+        self.seq = seq
+        self.job = job
+        self.order = order  # submission order: waiting prompts are prefilled first come, first served
+        self.sampler = sampler
+        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
+        self.reused = 0
+        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
+        self.generated = 0
+        self.decoder = Utf8Decoder()
+        self.matcher = StopStringMatcher(job.stop)
+        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
+
+    @property
+    def prefilling(self) -> bool:
+        return len(self.tokens) < len(self.job.prompt)
+
+    @property
+    def prompt_processed(self) -> int:
+        return min(len(self.tokens), len(self.job.prompt))
+
+
+class LlamaEngine:
+    """A GGUF model served by llama.cpp, many replies per forward pass (the `Engine` protocol).
+
+    rows / ctx / threads: 0 = automatic (see llama_sizing.plan_size). gpu_layers: -1 offloads every
+    layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
+    exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        name: str,
+        rows: int = 0,
+        ctx: int = 0,
+        threads: int = 0,
+        prefix_cache: bool = True,
+        gpu_layers: int = -1,
+        exact_prefix: bool | None = None,
+    ) -> None:
+        native.init_backend()
+        gpu = native.supports_gpu_offload()
+        self._model = native.load_model(Path(path), gpu_layers if gpu else 0)
+        self._ctx = 0
+        self._batch: native.TokenBatch | None = None
+        try:
+            self._facts = facts = native.model_facts(self._model)
+            self._vocab = native.Vocab(self._model)
+            self.plan: SizePlan = plan_size(
+                rows=rows,
+                ctx=ctx,
+                threads=threads,
+                prefix_cache=prefix_cache,
+                gpu=gpu and gpu_layers != 0,
+                train_context=facts.train_context,
+                kv_bytes_per_token=facts.kv_bytes_per_token,
+                max_sequences=native.max_sequences(),
+            )
+            plan = self.plan
+            self._ctx = native.create_context(
+                self._model,
+                n_ctx=plan.n_ctx,
+                n_seq=plan.n_seq,
+                n_batch=plan.n_batch,
+                n_ubatch=plan.n_ubatch,
+                threads=plan.threads,
+            )
+            self._batch = native.TokenBatch(plan.n_batch)
+        except BaseException:
+            self.close()
+            raise
+        self._mem = native.context_memory(self._ctx)
+        self._row_len = native.context_seq_length(self._ctx)
+        recurrent = facts.recurrent or facts.hybrid
+        self._pool = (
+            PrefixPool(
+                self._mem,
+                range(plan.rows, plan.n_seq),
+                exact_only=recurrent if exact_prefix is None else exact_prefix,
+            )
+            if plan.pool_slots
+            else None
+        )
+        self.info = ModelInfo(
+            name=name,
+            engine="llama.cpp",
+            architecture=facts.architecture,
+            chat_template=facts.chat_template,
+            bos_token=self._vocab.bos_text,
+            eos_token=self._vocab.eos_text,
+            context_length=self._row_len,
+            rows=plan.rows,
+            recurrent=recurrent,
+            train_context_length=facts.train_context,
+        )
+        self._rows: dict[str, _Row] = {}
+        self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see _take_seq)
+        self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
+        self._submitted = 0
+        self._closed = False
+        self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
+        log.info(
+            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
+            name,
+            facts.architecture,
+            plan.rows,
+            self._row_len,
+            plan.pool_slots,
+            plan.threads,
+            "on" if gpu and gpu_layers != 0 else "off",
+        )
+
+    # ---- text ---------------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt: special tokens parsed, BOS added only if the model wants
+        one and the text does not already start with it."""
+        return self._vocab.tokenize(text)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the tokens, special tokens included."""
+        return self._vocab.detokenize(list(tokens))
+
+    # ---- rows ---------------------------------------------------------------------------------
+
+    @property
+    def free_rows(self) -> int:
+        return len(self._free_seqs)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows or self._finished)
+
+    def submit(self, job: GenerationJob) -> None:
+        """Give the job a row, adopting the longest saved prefix of its prompt from the pool."""
+        if job.job_id in self._rows:
+            raise InvalidRequest(f"job {job.job_id} is already running")
+        if not job.prompt:
+            raise InvalidRequest("the prompt is empty")
+        if len(job.prompt) > self._row_len:
+            raise PromptTooLong(
+                f"the prompt has {len(job.prompt)} tokens; a row of this model holds {self._row_len}"
+            )
+        if not self._free_seqs:
+            raise Busy("no free row", retry_after=1.0)
+        # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
+        # streams), so keep the busy ids packed at the bottom
+        seq = heapq.heappop(self._free_seqs)
+        sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
+        row = _Row(seq, job, self._submitted, sampler)
+        self._submitted += 1
+        if self._pool is not None:
+            row.reused = self._pool.adopt(seq, job.prompt)
+            row.tokens = list(job.prompt[: row.reused])
+            self._counters["reused"] += row.reused
+        if native.has_penalties(job.sampling):
+            # penalties look back over the prompt's tail too, as llama-server does
+            window = native.penalty_window(job.sampling, self._row_len)
+            for token in job.prompt[-window:]:
+                native.sampler_accept(sampler, token)
+        self._rows[job.job_id] = row
+
+    def cancel(self, job_id: str) -> None:
+        """Free the job's row now (prefilling or generating); the next step reports it cancelled."""
+        row = self._rows.get(job_id)
+        if row is not None:
+            self._finished.append(self._finish(row, "cancelled"))
+
+    # ---- the step -----------------------------------------------------------------------------
+
+    def step(self) -> list[JobUpdate]:
+        """One llama_decode for every generating row plus prompt chunks; returns what changed."""
+        updates, self._finished = self._finished, []
+        batch = self._batch
+        if batch is None:
+            return updates
+        batch.clear()
+        fed: list[tuple[_Row, list[int]]] = []  # tokens each row adds to its memory in this step
+        sample_at: list[tuple[_Row, int]] = []  # rows that sample, and their batch index
+        for row in sorted(self._rows.values(), key=lambda r: r.seq):
+            if row.pending is not None:
+                sample_at.append((row, batch.add(row.pending, len(row.tokens), row.seq, True)))
+                fed.append((row, [row.pending]))
+        budget = batch.capacity - batch.n
+        for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
+            if budget <= 0:
+                break
+            prompt = row.job.prompt
+            start = len(row.tokens)
+            end = self._chunk_end(row, start, min(len(prompt), start + budget))
+            last = len(prompt) - 1
+            for pos in range(start, end):
+                logits = pos == last and row.job.max_tokens > 0
+                index = batch.add(prompt[pos], pos, row.seq, logits)
+                if logits:
+                    sample_at.append((row, index))
+            fed.append((row, list(prompt[start:end])))
+            budget -= end - start
+        if batch.n == 0:
+            return updates
+        rc = native.decode(self._ctx, batch)
+        self._counters["steps"] += 1
+        self._counters["last"] = batch.n
+        if rc != 0:
+            log.error("llama_decode failed (%d) on a batch of %d tokens; failing its rows", rc, batch.n)
+            updates.extend(self._finish(row, "error") for row, _ in fed)
+            return updates
+        changed: dict[str, JobUpdate] = {}
+        for row, tokens in fed:
+            if row.prefilling:
+                self._counters["prompt"] += len(tokens)
+            row.tokens.extend(tokens)
+            if self._pool is not None and self._pool.exact_only and len(row.tokens) in row.checkpoints:
+                self._pool.save(row.seq, row.tokens)
+            if not row.prefilling and row.job.max_tokens <= 0:
+                changed[row.job.job_id] = self._finish(row, "length", flush=True)
+            else:
+                changed[row.job.job_id] = self._update(row)
+        for row, index in sample_at:
+            changed[row.job.job_id] = self._sample(row, index)
+        updates.extend(changed.values())
+        return updates
+
+    def _chunk_end(self, row: _Row, start: int, end: int) -> int:
+        """Where this step's prompt chunk stops: at the next checkpoint, when the pool keeps exact
+        checkpoints (recurrent state can only be saved as it stands after a decode)."""
+        if self._pool is None or not self._pool.exact_only:
+            return end
+        return min((c for c in row.checkpoints if start < c < end), default=end)
+
+    def _sample(self, row: _Row, index: int) -> JobUpdate:
+        token = native.sampler_sample(row.sampler, self._ctx, index)
+        row.generated += 1
+        self._counters["generated"] += 1
+        if self._vocab.is_eog(token) and not row.job.ignore_eos:
+            return self._finish(row, "stop", new_tokens=1, flush=True)
+        scan = row.matcher.feed(row.decoder.feed(self._vocab.piece(token)))
+        if scan.stopped:
+            return self._finish(row, "stop", text=scan.text, new_tokens=1)
+        if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
+            # no more tokens asked for, or no cell left to feed this one back in: the row is full
+            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
+        row.pending = token
+        return self._update(row, text=scan.text, new_tokens=1)
+
+    def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
+        return JobUpdate(
+            job_id=row.job.job_id,
+            text=text,
+            new_tokens=new_tokens,
+            prompt_processed=row.prompt_processed,
+            reused_tokens=row.reused,
+        )
+
+    def _finish(
+        self, row: _Row, reason: FinishReason, *, text: str = "", new_tokens: int = 0, flush: bool = False
+    ) -> JobUpdate:
+        """Free the row (keeping a copy in the pool) and build its final update."""
+        if flush:
+            # the reply ended for another reason than a stop string: release the held-back tail
+            tail = row.matcher.feed(row.decoder.flush())
+            text += tail.text if tail.stopped else tail.text + row.matcher.flush()
+        if self._pool is not None and reason != "error":
+            self._pool.save(row.seq, row.tokens)
+        native.seq_clear(self._mem, row.seq)
+        native.free_sampler(row.sampler)
+        del self._rows[row.job.job_id]
+        heapq.heappush(self._free_seqs, row.seq)
+        return JobUpdate(
+            job_id=row.job.job_id,
+            text=text,
+            new_tokens=new_tokens,
+            prompt_processed=row.prompt_processed,
+            reused_tokens=row.reused,
+            finish=reason,
+        )
+
+    # ---- stats and teardown -------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        c = self._counters
+        pool = self._pool
+        return EngineStats(
+            rows_total=self.plan.rows,
+            rows_busy=len(self._rows),
+            tokens_last_step=c["last"],
+            prompt_tokens_total=c["prompt"],
+            generated_tokens_total=c["generated"],
+            reused_tokens_total=c["reused"],
+            prefix_lookups=pool.lookups if pool else 0,
+            prefix_hits=pool.hits if pool else 0,
+            steps_total=c["steps"],
+            memory={
+                "kv": self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
+                "model": self._facts.model_bytes,
+            },
+        )
+
+    def pool_entries(self) -> list[tuple[int, ...]]:
+        """The token lists the prefix pool holds, least recently used first (for tests and `ps`)."""
+        return self._pool.entries() if self._pool is not None else []
+
+    def close(self) -> None:
+        """Free the samplers, the context and the model. Safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for row in getattr(self, "_rows", {}).values():
+            native.free_sampler(row.sampler)
+        self._rows = {}
+        self._free_seqs = []
+        if self._batch is not None:
+            self._batch.free()
+            self._batch = None
+        if self._ctx:
+            native.free_context(self._ctx)
+            self._ctx = 0
+        if self._model:
+            native.free_model(self._model)
+            self._model = 0
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,367 @@
+"""Thin, typed wrappers over llama-cpp-python's low-level (ctypes) API, for the llama.cpp engine.
+
+Only `kinfer.engines.llama*` modules import this one: importing it loads libllama.
+What lives here: routing llama.cpp's log into a Python logger, loading a model and reading the facts
+kinfer needs from it, the vocabulary (tokenize / detokenize / token pieces), a reusable token batch,
+and llama.cpp's sampler chain built from `Sampling`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as lib
+
+from kinfer.errors import EngineFailure
+from kinfer.protocol import Sampling
+
+log = logging.getLogger(__name__)
+native_log = logging.getLogger("kinfer.llama_cpp")
+
+# ggml_log_level values (ggml.h)
+_LEVEL_WARN, _LEVEL_ERROR, _LEVEL_CONT = 3, 4, 5
+_PY_LEVEL = {_LEVEL_WARN: logging.WARNING, _LEVEL_ERROR: logging.ERROR}
+BYTES_PER_KV_VALUE = 2  # the context's default K/V cache type is f16
+
+
+class _LogRouter:
+    """Collects llama.cpp's log fragments into lines for `native_log` (llama.cpp writes to stderr
+    otherwise, which would scribble over the dashboard)."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._level = logging.DEBUG
+        # the C side keeps only the function pointer: this object must outlive every model
+        self.callback = lib.llama_log_callback(self._on_log)
+
+    def _on_log(self, level: int, text: bytes | None, _user_data: object) -> None:
+        if level != _LEVEL_CONT:
+            self._level = _PY_LEVEL.get(level, logging.DEBUG)
+        self._parts.append((text or b"").decode("utf-8", errors="replace"))
+        if self._parts[-1].endswith("\n"):
+            line = "".join(self._parts).rstrip()
+            self._parts.clear()
+            if line:
+                native_log.log(self._level, "%s", line)
+
+
+_router: _LogRouter | None = None
+
+
+def init_backend() -> None:
+    """Route llama.cpp's logging into `kinfer.llama_cpp` and initialise its backends (once)."""
+    global _router
+    if _router is None:
+        _router = _LogRouter()
+        lib.llama_log_set(_router.callback, ctypes.c_void_p(0))
+        lib.llama_backend_init()
+
+
+def supports_gpu_offload() -> bool:
+    return bool(lib.llama_supports_gpu_offload())
+
+
+def max_sequences() -> int:
+    return int(lib.llama_max_parallel_sequences())
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the engine reads from a loaded GGUF model."""
+
+    architecture: str
+    chat_template: str | None
+    train_context: int
+    n_layer: int
+    kv_bytes_per_token: int  # f16 K and V, all layers (attention layers of hybrids are over-counted)
+    recurrent: bool
+    hybrid: bool
+    model_bytes: int
+
+
+def load_model(path: Path, gpu_layers: int) -> int:
+    """Load a GGUF file; returns the llama_model pointer. Raises EngineFailure if llama.cpp refuses it."""
+    params = lib.llama_model_default_params()
+    params.n_gpu_layers = gpu_layers
+    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise EngineFailure(f"llama.cpp could not load {path} (see the kinfer.llama_cpp log)")
+    return model
+
+
+def meta_string(model: int, key: str) -> str | None:
+    """A GGUF metadata value as text, or None when the key is absent."""
+    size = 256
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = lib.llama_model_meta_val_str(model, key.encode(), buf, size)
+        if n < 0:
+            return None
+        if n < size:
+            return buf.value.decode("utf-8", errors="replace")
+        size = n + 1
+
+
+def model_facts(model: int) -> ModelFacts:
+    arch = meta_string(model, "general.architecture") or "unknown"
+    template = lib.llama_model_chat_template(model, None)
+    n_layer = int(lib.llama_model_n_layer(model))
+    n_head = max(1, int(lib.llama_model_n_head(model)))
+    n_head_kv = int(lib.llama_model_n_head_kv(model))
+    head_dim = int(lib.llama_model_n_embd(model)) // n_head
+    key_dim = _meta_int(model, f"{arch}.attention.key_length") or head_dim
+    value_dim = _meta_int(model, f"{arch}.attention.value_length") or head_dim
+    return ModelFacts(
+        architecture=arch,
+        chat_template=template.decode("utf-8", errors="replace") if template else None,
+        train_context=int(lib.llama_model_n_ctx_train(model)),
+        n_layer=n_layer,
+        kv_bytes_per_token=n_layer * n_head_kv * (key_dim + value_dim) * BYTES_PER_KV_VALUE,
+        recurrent=bool(lib.llama_model_is_recurrent(model)),
+        hybrid=bool(lib.llama_model_is_hybrid(model)),
+        model_bytes=int(lib.llama_model_size(model)),
+    )
+
+
+def _meta_int(model: int, key: str) -> int | None:
+    value = meta_string(model, key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Vocab:
+    """The model's vocabulary: text <-> token ids, and token pieces as bytes for streaming."""
+
+    def __init__(self, model: int) -> None:
+        self._vocab = lib.llama_model_get_vocab(model)
+        self.n_tokens = int(lib.llama_vocab_n_tokens(self._vocab))
+        self.add_bos = bool(lib.llama_vocab_get_add_bos(self._vocab))
+        self.bos = int(lib.llama_vocab_bos(self._vocab))
+        self.eos = int(lib.llama_vocab_eos(self._vocab))
+        self.bos_text = self._text(self.bos)
+        self.eos_text = self._text(self.eos)
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def _text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        raw = lib.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def tokenize(self, text: str) -> list[int]:
+        """Special tokens parsed; BOS prepended only if the model asks for it and the text lacks it."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 2
+        tokens = (lib.llama_token * capacity)()
+        n = lib.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, True)
+        if n < 0:  # cannot happen with one token per byte, but the API allows it
+            capacity = -n
+            tokens = (lib.llama_token * capacity)()
+            n = lib.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, True)
+        ids = list(tokens[:n])
+        if self.add_bos and self.bos >= 0 and not (self.bos_text and text.startswith(self.bos_text)):
+            ids.insert(0, self.bos)
+        return ids
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the tokens, special tokens rendered (the inverse of `tokenize`)."""
+        if not tokens:
+            return ""
+        arr = (lib.llama_token * len(tokens))(*tokens)
+        size = len(tokens) * 8 + 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = lib.llama_detokenize(self._vocab, arr, len(tokens), buf, size, False, True)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            size = -n + 1
+
+    def piece(self, token: int) -> bytes:
+        """The bytes one generated token adds to the reply (control tokens add none)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        n = lib.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        if n < 0:
+            self._piece_buf = ctypes.create_string_buffer(-n)
+            n = lib.llama_token_to_piece(self._vocab, token, self._piece_buf, -n, 0, False)
+        piece = self._piece_buf.raw[:n]
+        self._pieces[token] = piece
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lib.llama_vocab_is_eog(self._vocab, token))
+
+
+class TokenBatch:
+    """One reusable `llama_batch`: each token belongs to one sequence."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._batch = lib.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    @property
+    def raw(self) -> lib.llama_batch:
+        self._batch.n_tokens = self.n
+        return self._batch
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        """Append one token; returns its index (the index its logits are read at)."""
+        i = self.n
+        b = self._batch
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = seq
+        b.logits[i] = 1 if logits else 0
+        self.n = i + 1
+        return i
+
+    def free(self) -> None:
+        if self._batch is not None:
+            lib.llama_batch_free(self._batch)
+            self._batch = None
+
+
+def make_sampler(sampling: Sampling, n_vocab: int, context_length: int) -> int:
+    """A sampler chain in llama.cpp's order: penalties -> top-k -> top-p -> min-p -> temperature ->
+    draw (seeded), or penalties -> greedy when temperature <= 0. The caller frees it with
+    `free_sampler`. `repeat_last_n` < 0 means the whole row, as in llama.cpp."""
+    params = lib.llama_sampler_chain_default_params()
+    params.no_perf = True
+    chain = lib.llama_sampler_chain_init(params)
+    add = lib.llama_sampler_chain_add
+    if has_penalties(sampling):
+        add(
+            chain,
+            lib.llama_sampler_init_penalties(
+                n_vocab,
+                penalty_window(sampling, context_length),
+                sampling.repeat_penalty,
+                sampling.frequency_penalty,
+                sampling.presence_penalty,
+            ),
+        )
+    if sampling.greedy:
+        add(chain, lib.llama_sampler_init_greedy())
+        return chain
+    # samplers whose parameters make them no-ops are left out: each one costs a pass over the vocab
+    if 0 < sampling.top_k < n_vocab:
+        add(chain, lib.llama_sampler_init_top_k(sampling.top_k))
+    if 0.0 < sampling.top_p < 1.0:
+        add(chain, lib.llama_sampler_init_top_p(sampling.top_p, 1))
+    if sampling.min_p > 0.0:
+        add(chain, lib.llama_sampler_init_min_p(sampling.min_p, 1))
+    add(chain, lib.llama_sampler_init_temp(sampling.temperature))
+    seed = lib.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
+    add(chain, lib.llama_sampler_init_dist(seed))
+    return chain
+
+
+def penalty_window(sampling: Sampling, context_length: int) -> int:
+    """How many recent tokens the penalties look at."""
+    return context_length if sampling.repeat_last_n < 0 else sampling.repeat_last_n
+
+
+def has_penalties(sampling: Sampling) -> bool:
+    active = (
+        sampling.repeat_penalty != 1.0,
+        sampling.frequency_penalty != 0.0,
+        sampling.presence_penalty != 0.0,
+    )
+    return sampling.repeat_last_n != 0 and any(active)
+
+
+def sampler_accept(chain: int, token: int) -> None:
+    lib.llama_sampler_accept(chain, token)
+
+
+def sampler_sample(chain: int, ctx: int, index: int) -> int:
+    """Sample from the logits at batch index `index` and accept the token into the chain."""
+    return int(lib.llama_sampler_sample(chain, ctx, index))
+
+
+def free_sampler(chain: int) -> None:
+    lib.llama_sampler_free(chain)
+
+
+# ---- per-sequence memory (KV cells, or recurrent states) --------------------------------------
+
+
+def seq_clear(mem: int, seq: int) -> None:
+    """Drop every cell of the sequence (removing a whole sequence never fails)."""
+    lib.llama_memory_seq_rm(mem, seq, -1, -1)
+
+
+def seq_trim(mem: int, seq: int, keep: int) -> bool:
+    """Keep only positions [0, keep). False if the memory cannot cut a sequence (recurrent state)."""
+    return bool(lib.llama_memory_seq_rm(mem, seq, keep, -1))
+
+
+def seq_copy(mem: int, src: int, dst: int) -> None:
+    """Make `dst` a copy of `src`. Across KV streams only whole copies exist: the cells' metadata
+    changes now, the buffer copy runs at the start of the next decode, in call order."""
+    lib.llama_memory_seq_cp(mem, src, dst, -1, -1)
+
+
+def seq_length(mem: int, seq: int) -> int:
+    """Tokens held for the sequence (its largest position + 1)."""
+    return int(lib.llama_memory_seq_pos_max(mem, seq)) + 1
+
+
+# ---- the context ------------------------------------------------------------------------------
+
+
+def create_context(model: int, *, n_ctx: int, n_seq: int, n_batch: int, n_ubatch: int, threads: int) -> int:
+    """A context with `n_seq` sequence ids, each owning its own KV stream of n_ctx / n_seq cells.
+
+    kv_unified stays off: with one shared buffer every row's attention runs over all rows' cells,
+    which costs more and makes a row's numbers depend on its neighbours (a batched row then no
+    longer reproduces its solo run exactly; measured on SmolLM2).
+    """
+    params = lib.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_seq_max = n_seq
+    params.n_batch = n_batch
+    params.n_ubatch = n_ubatch
+    # llama.cpp's default is half the cores; the engine thread owns the model, so use them all
+    params.n_threads = threads
+    params.n_threads_batch = threads
+    params.kv_unified = False
+    params.no_perf = True
+    ctx = lib.llama_init_from_model(model, params)
+    if not ctx:
+        raise EngineFailure(f"llama.cpp could not create a context of {n_ctx} tokens x {n_seq} sequences")
+    return ctx
+
+
+def context_memory(ctx: int) -> int:
+    return lib.llama_get_memory(ctx)
+
+
+def context_seq_length(ctx: int) -> int:
+    """Cells per sequence, after llama.cpp's padding."""
+    return int(lib.llama_n_ctx_seq(ctx))
+
+
+def decode(ctx: int, batch: TokenBatch) -> int:
+    """Run one forward pass; 0 on success (see llama_decode for the other codes)."""
+    return int(lib.llama_decode(ctx, batch.raw))
+
+
+def free_context(ctx: int) -> None:
+    lib.llama_free(ctx)
+
+
+def free_model(model: int) -> None:
+    lib.llama_model_free(model)

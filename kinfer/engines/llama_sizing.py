@@ -1,0 +1,107 @@
+"""How big a llama.cpp context to build: rows, tokens per row, prefix-pool slots, threads.
+
+Pure arithmetic over the model's facts and the machine, so it is easy to test and to explain in logs.
+Each sequence id owns its own KV stream of `ctx` cells (kv_unified=False, see llama.py), so the KV
+memory is (rows + pool slots) x ctx x bytes per token, allocated once and bounded by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CTX = 4096  # tokens per row when automatic, capped by the model's train context
+MIN_CTX = 512  # automatic sizing never shrinks a row below this
+CTX_ALIGN = 256  # llama.cpp pads each sequence's share of n_ctx to 256 cells
+ROWS_CPU = 4
+ROWS_GPU = 16
+KV_MEMORY_SHARE = 0.5  # automatic sizing lets the KV cache take at most this share of free memory
+TOKEN_BUDGET = 2048  # tokens per decode step (n_batch): generating rows first, then prompt chunks
+UBATCH = 512
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """The context's shape, as decided by `plan_size`."""
+
+    rows: int
+    ctx: int  # tokens per row
+    pool_slots: int  # extra sequence ids holding saved prompts
+    threads: int
+    n_batch: int = TOKEN_BUDGET
+    n_ubatch: int = UBATCH
+
+    @property
+    def n_seq(self) -> int:
+        return self.rows + self.pool_slots
+
+    @property
+    def n_ctx(self) -> int:
+        return self.n_seq * self.ctx
+
+
+def available_threads() -> int:
+    """The cores this process may run on (llama.cpp's own default is half the machine's cores)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def align_ctx(ctx: int) -> int:
+    return max(CTX_ALIGN, -(-ctx // CTX_ALIGN) * CTX_ALIGN)
+
+
+def plan_size(
+    *,
+    rows: int,
+    ctx: int,
+    threads: int,
+    prefix_cache: bool,
+    gpu: bool,
+    train_context: int,
+    kv_bytes_per_token: int,
+    max_sequences: int,
+    free_memory: int | None = None,
+) -> SizePlan:
+    """Fill in the automatic (0) settings.
+
+    ctx: min(train context, 4096); rows: 4 on CPU, 16 with a GPU backend; one pool slot per row when
+    the prefix cache is on. Automatic rows (then automatic ctx) shrink until the KV cache fits in
+    half the free memory; explicit settings are taken as given.
+    """
+    if free_memory is None:
+        free_memory = psutil.virtual_memory().available
+    auto_rows, auto_ctx = rows <= 0, ctx <= 0
+    ctx = align_ctx(ctx if ctx > 0 else min(train_context or DEFAULT_CTX, DEFAULT_CTX))
+    rows = rows if rows > 0 else (ROWS_GPU if gpu else ROWS_CPU)
+    per_row_streams = 2 if prefix_cache else 1
+    # llama.cpp caps sequence ids at LLAMA_MAX_SEQ (256)
+    rows = min(rows, max_sequences // per_row_streams)
+
+    def kv_bytes(r: int, c: int) -> int:
+        return r * per_row_streams * c * kv_bytes_per_token
+
+    budget = int(free_memory * KV_MEMORY_SHARE)
+    while auto_rows and rows > 1 and kv_bytes(rows, ctx) > budget:
+        rows = max(1, rows // 2)
+    while auto_ctx and ctx > MIN_CTX and kv_bytes(rows, ctx) > budget:
+        ctx = align_ctx(max(MIN_CTX, ctx // 2))
+    if kv_bytes(rows, ctx) > budget:
+        log.warning(
+            "the KV cache (%d rows x %d tokens) needs %.1f GiB, more than half the free memory",
+            rows,
+            ctx,
+            kv_bytes(rows, ctx) / 2**30,
+        )
+    return SizePlan(
+        rows=rows,
+        ctx=ctx,
+        pool_slots=rows if prefix_cache else 0,
+        threads=threads if threads > 0 else available_threads(),
+    )

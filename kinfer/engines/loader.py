@@ -1,0 +1,43 @@
+"""Build the right engine for a stored model. Engine modules are imported here lazily."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from kinfer.config import Settings
+from kinfer.engines.base import Engine
+
+
+class LoadableModel(Protocol):
+    name: str
+    format: str  # "gguf" | "mlx"
+    path: Path
+
+
+def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = None) -> Engine:
+    """Load `model` on the calling thread (engines are thread-bound)."""
+    row_ctx = ctx or settings.ctx
+    if model.format == "gguf":
+        from kinfer.engines.llama import LlamaEngine
+
+        return LlamaEngine(
+            model.path,
+            name=model.name,
+            rows=settings.parallel,
+            ctx=row_ctx,
+            threads=settings.threads,
+            prefix_cache=settings.prefix_cache_enabled,
+        )
+    if model.format == "mlx":
+        from kinfer.engines.mlx import MlxEngine
+
+        return MlxEngine(
+            model.path,
+            name=model.name,
+            rows=settings.parallel,
+            ctx=row_ctx,
+            prefix_cache=settings.prefix_cache_enabled,
+            cache_limit_gb=settings.mlx_cache_limit_gb,
+        )
+    raise ValueError(f"no engine serves models of format {model.format!r}")

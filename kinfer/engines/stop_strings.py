@@ -1,0 +1,74 @@
+"""Stop strings for streamed text: release text as soon as it cannot be the start of a stop string."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class StopScan:
+    """What `StopStringMatcher.feed` found: text safe to release now, and whether a stop matched."""
+
+    text: str
+    stopped: bool
+
+
+class StopStringMatcher:
+    """Holds back the tail of the reply that could still grow into a stop string.
+
+    The matched stop string itself is never released, nor anything after it.
+    """
+
+    def __init__(self, stops: tuple[str, ...] | list[str]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._longest = max((len(s) for s in self._stops), default=0)
+        self._pending = ""
+
+    def feed(self, text: str) -> StopScan:
+        if not self._stops:
+            return StopScan(text, False)
+        buffer = self._pending + text
+        first = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
+        if first >= 0:
+            self._pending = ""
+            return StopScan(buffer[:first], True)
+        hold = self._held_suffix_length(buffer)
+        self._pending = buffer[len(buffer) - hold :]
+        return StopScan(buffer[: len(buffer) - hold], False)
+
+    def flush(self) -> str:
+        """The held-back tail, released when the reply ends for another reason."""
+        text, self._pending = self._pending, ""
+        return text
+
+    def _held_suffix_length(self, buffer: str) -> int:
+        # longest suffix of buffer that is a proper prefix of some stop string
+        for length in range(min(len(buffer), self._longest - 1), 0, -1):
+            tail = buffer[-length:]
+            if any(s.startswith(tail) for s in self._stops):
+                return length
+        return 0
+
+
+class Utf8Decoder:
+    """Joins token byte pieces into text, holding back an incomplete UTF-8 sequence."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, piece: bytes) -> str:
+        data = self._pending + piece
+        # at most 3 trailing bytes can belong to an unfinished character
+        for cut in range(len(data), max(len(data) - 4, -1), -1):
+            try:
+                text = data[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            self._pending = data[cut:]
+            return text
+        self._pending = b""
+        return data.decode("utf-8", errors="replace")
+
+    def flush(self) -> str:
+        data, self._pending = self._pending, b""
+        return data.decode("utf-8", errors="replace")

@@ -1,0 +1,144 @@
+"""The one internal request type and the one event stream every dialect translates to and from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "deadline", "error"]
+DeltaKind = Literal["text", "thinking"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model made (or made earlier, when replayed in the history)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str = ""
+    thinking: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # for role == "tool": which call this answers
+    name: str | None = None  # for role == "tool": the function's name
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call; `parameters` is a JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling in llama.cpp's order: repeat penalty -> top-k -> top-p -> min-p -> temperature -> draw."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+ThinkLevel = Literal["low", "medium", "high"]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What every dialect's request becomes.
+
+    `think`: None = the template's default, True = open a think block, False = the empty think block.
+    `raw_prompt`: a prompt that bypasses the chat template (/v1/completions, Ollama raw generate).
+    `keep_alive`: seconds to keep the model loaded after this request; None = server default,
+    0 = unload when done, negative = never unload.
+    """
+
+    model: str
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"  # "auto" | "none" | "required" | a function name
+    sampling: Sampling = field(default_factory=Sampling)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    think: bool | None = None
+    think_level: ThinkLevel | None = None
+    raw_prompt: str | None = None
+    keep_alive: float | None = None
+    num_ctx: int | None = None
+    ignore_eos: bool = False
+    dialect: str = "openai"
+    request_id: str = ""
+
+
+# ---- events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of the reply: answer text or thinking text."""
+
+    text: str
+    kind: DeltaKind = "text"
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    """A complete tool call, emitted as soon as the parser has seen all of it."""
+
+    call: ToolCall
+    index: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens adopted from the prefix pool
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds spent in each phase of one request."""
+
+    queued: float = 0.0
+    load: float = 0.0
+    prompt: float = 0.0
+    decode: float = 0.0
+    total: float = 0.0
+
+
+@dataclass(frozen=True)
+class Done:
+    reason: FinishReason
+    usage: Usage
+    timings: Timings
+    detail: str | None = None  # why, when the reason alone does not say (e.g. "generation deadline")
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    error: Exception
+
+
+Event = Delta | ToolCallEvent | Done | ErrorEvent

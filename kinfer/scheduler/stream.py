@@ -1,0 +1,195 @@
+"""One request's life on the asyncio side: engine updates in, dialect-neutral events out."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from kinfer.chat.pipeline import OutputPipeline
+from kinfer.engines.base import JobUpdate
+from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Event, FinishReason, Timings, Usage
+from kinfer.scheduler.jobs import PreparedJob
+
+RequestState = Literal["queued", "prefill", "decoding", "done", "failed"]
+TAIL_CHARS = 120
+
+
+@dataclass(frozen=True)
+class RequestSnapshot:
+    """One row of the live batch, for the dashboard and /metrics."""
+
+    request_id: str
+    dialect: str
+    model: str
+    state: RequestState
+    prompt_tokens: int
+    prompt_processed: int
+    generated: int
+    reused: int
+    tokens_per_second: float
+    age: float
+    tail: str
+    finish: FinishReason | None
+
+
+class RequestStream:
+    """Events for one request. Iterate it; call `cancel()` when the client goes away."""
+
+    def __init__(
+        self, request: ChatRequest, job_id: str, model: str, *, on_cancel: Callable[[str], None]
+    ) -> None:
+        self.request = request
+        self.job_id = job_id
+        self.model = model
+        self.state: RequestState = "queued"
+        self.created = time.monotonic()
+        self.accepted: asyncio.Future[PreparedJob] = asyncio.get_running_loop().create_future()
+        self.prompt_tokens = 0
+        self.prompt_processed = 0
+        self.reused = 0
+        self.generated = 0
+        self.finish: FinishReason | None = None
+        self.finished_at: float | None = None
+        self.load_seconds = 0.0
+        self._tail = ""
+        self._first_token_at: float | None = None
+        self._prefill_started: float | None = None
+        self._pipeline: OutputPipeline | None = None
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._on_cancel = on_cancel
+
+    # ---- fed by the scheduler on the event loop -----------------------------------------
+
+    def on_ready(self, prepared: PreparedJob) -> None:
+        rendered = prepared.rendered
+        self.prompt_tokens = prepared.prompt_tokens
+        self._pipeline = OutputPipeline(
+            rendered.traits, starts_in_thinking=rendered.starts_in_thinking, tools=self.request.tools
+        )
+        if not self.accepted.done():
+            self.accepted.set_result(prepared)
+
+    def on_admitted(self) -> None:
+        """The job took a row: prefill starts now."""
+        if self._prefill_started is None:
+            self._prefill_started = time.monotonic()
+        if self.state == "queued":
+            self.state = "prefill"
+
+    def on_update(self, update: JobUpdate) -> None:
+        now = time.monotonic()
+        if update.prompt_processed:
+            if self._prefill_started is None:
+                self._prefill_started = now
+            self.prompt_processed = update.prompt_processed
+            self.state = "prefill" if self.prompt_processed < self.prompt_tokens else "decoding"
+        if update.reused_tokens:
+            self.reused = update.reused_tokens
+        if update.new_tokens:
+            if self._first_token_at is None:
+                self._first_token_at = now
+                self.prompt_processed = self.prompt_tokens
+            self.generated += update.new_tokens
+            self.state = "decoding"
+        if update.text and self._pipeline is not None:
+            self._tail = (self._tail + update.text)[-TAIL_CHARS:]
+            for event in self._pipeline.feed(update.text):
+                self._events.put_nowait(event)
+        if update.finish is not None:
+            self._finish(update.finish, now)
+
+    def on_error(self, error: Exception) -> None:
+        if self.finish is not None:
+            return
+        if not self.accepted.done():
+            self.accepted.set_exception(error)
+        self.state = "failed"
+        self.finish = "error"
+        self.finished_at = time.monotonic()
+        self._events.put_nowait(ErrorEvent(error))
+
+    def _finish(self, reason: FinishReason, now: float) -> None:
+        if self.finish is not None:
+            return
+        if self._pipeline is not None:
+            for event in self._pipeline.finish():
+                self._events.put_nowait(event)
+            if reason == "stop" and self._pipeline.tool_calls_seen:
+                reason = "tool_calls"
+        self.finish = reason
+        self.finished_at = now
+        self.state = "done"
+        self._events.put_nowait(Done(reason=reason, usage=self.usage(), timings=self.timings(now)))
+
+    # ---- read by dialects ---------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event up to and including the final `Done` or `ErrorEvent`."""
+        while True:
+            event = await self._events.get()
+            yield event
+            if isinstance(event, (Done, ErrorEvent)):
+                return
+
+    async def collect(self) -> tuple[str, str, list, Done]:
+        """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure."""
+        text: list[str] = []
+        thinking: list[str] = []
+        calls = []
+        async for event in self.events():
+            if isinstance(event, Delta):
+                (thinking if event.kind == "thinking" else text).append(event.text)
+            elif isinstance(event, ErrorEvent):
+                raise event.error
+            elif isinstance(event, Done):
+                return "".join(text), "".join(thinking), calls, event
+            else:
+                calls.append(event.call)
+        raise RuntimeError("event stream ended without Done")  # pragma: no cover
+
+    def cancel(self) -> None:
+        """The client went away: free the row (a no-op once finished)."""
+        if self.finish is None:
+            self._on_cancel(self.job_id)
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def usage(self) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.generated, cached_tokens=self.reused
+        )
+
+    def timings(self, now: float | None = None) -> Timings:
+        now = now or time.monotonic()
+        started = self._prefill_started or now
+        first = self._first_token_at or now
+        return Timings(
+            queued=max(0.0, started - self.created - self.load_seconds),
+            load=self.load_seconds,
+            prompt=max(0.0, first - started),
+            decode=max(0.0, now - first),
+            total=now - self.created,
+        )
+
+    def snapshot(self, now: float) -> RequestSnapshot:
+        decode_time = (self.finished_at or now) - (self._first_token_at or now)
+        rate = (self.generated - 1) / decode_time if decode_time > 0 and self.generated > 1 else 0.0
+        return RequestSnapshot(
+            request_id=self.request.request_id or self.job_id,
+            dialect=self.request.dialect,
+            model=self.model,
+            state=self.state,
+            prompt_tokens=self.prompt_tokens,
+            prompt_processed=self.prompt_processed,
+            generated=self.generated,
+            reused=self.reused,
+            tokens_per_second=rate,
+            age=now - self.created,
+            tail=self._tail,
+            finish=self.finish,
+        )

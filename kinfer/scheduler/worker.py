@@ -1,0 +1,271 @@
+"""The engine thread: owns one loaded model, admits jobs into free rows and steps the batch.
+
+Nothing here blocks on a client. Results go back to asyncio with `loop.call_soon_threadsafe`,
+one call per step for all rows, so a slow reader only grows its own queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from kinfer.chat.template import render_prompt
+from kinfer.engines.base import Engine, EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.errors import Busy, EngineFailure, KinferError, PromptTooLong
+from kinfer.scheduler.jobs import Admission, Cancel, Command, Measure, PreparedJob, Shutdown
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.25  # how long an idle engine thread sleeps between checks of its inbox
+MAX_RELOADS = 3  # consecutive engine faults before the model is given up
+
+
+@dataclass(frozen=True)
+class WorkerCallbacks:
+    """How the engine thread reports back; each callable is invoked on the event loop."""
+
+    ready: Callable[[str, PreparedJob], None]
+    admitted: Callable[[list[str]], None]  # these jobs just took a row
+    updates: Callable[[list[JobUpdate]], None]
+    failed: Callable[[str, Exception], None]
+
+
+@dataclass
+class _Waiting:
+    admission: Admission
+    prepared: PreparedJob
+
+
+class EngineWorker:
+    """One model on one thread. `loaded` resolves with the model's `ModelInfo` or the load error."""
+
+    def __init__(
+        self,
+        name: str,
+        make_engine: Callable[[], Engine],
+        callbacks: WorkerCallbacks,
+        call_soon: Callable[..., object],
+        *,
+        queue_timeout: float,
+    ) -> None:
+        self.name = name
+        self._make_engine = make_engine
+        self._callbacks = callbacks
+        self._call_soon = call_soon  # loop.call_soon_threadsafe
+        self._queue_timeout = queue_timeout
+        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._waiting: deque[_Waiting] = deque()
+        self._active: set[str] = set()
+        self.loaded: Future[ModelInfo] = Future()
+        self.stats = EngineStats()
+        self.waiting_count = 0
+        self.faults = 0
+        self._thread = threading.Thread(target=self._run, name=f"engine:{name}", daemon=True)
+
+    # ---- called from the event loop ------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, command: Command) -> None:
+        self._inbox.put(command)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._inbox.put(Shutdown())
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # ---- the engine thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            engine = self._make_engine()
+        except BaseException as exc:  # a load failure is reported, never raised into the void
+            log.exception("loading %s failed", self.name)
+            self.loaded.set_exception(exc)
+            return
+        self.loaded.set_result(engine.info)
+        self.stats = engine.stats()
+        reloads = 0
+        while True:
+            busy = engine.has_work or bool(self._waiting and engine.free_rows)
+            if not self._drain_inbox(engine, block=not busy):
+                break
+            self._expire_waiting()
+            self._admit(engine)
+            if not engine.has_work:
+                continue
+            try:
+                updates = engine.step()
+            except Exception as exc:  # an engine fault fails its rows, then the model is reloaded
+                engine, reloads = self._recover(engine, exc, reloads)
+                if engine is None:
+                    return
+                continue
+            reloads = 0
+            if updates:
+                for update in updates:
+                    if update.finish is not None:
+                        self._active.discard(update.job_id)
+                self._call_soon(self._callbacks.updates, updates)
+            self.stats = engine.stats()
+        engine.close()
+
+    def _drain_inbox(self, engine: Engine, *, block: bool) -> bool:
+        """Handle every pending command; False once asked to shut down."""
+        try:
+            command = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if isinstance(command, Shutdown):
+                self._fail_all(EngineFailure(f"model {self.name} was unloaded"))
+                return False
+            if isinstance(command, Admission):
+                self._prepare(engine, command)
+            elif isinstance(command, Cancel):
+                self._cancel(engine, command.job_id)
+            elif isinstance(command, Measure):
+                self._measure(engine, command)
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _prepare(self, engine: Engine, admission: Admission) -> None:
+        """Render and tokenize on this thread (the engine owns the tokenizer), then queue for a row."""
+        try:
+            prepared = prepare_job(engine.info, engine.tokenize, admission)
+        except Exception as exc:
+            error = (
+                exc if isinstance(exc, KinferError) else EngineFailure(f"could not prepare the prompt: {exc}")
+            )
+            self._call_soon(self._callbacks.failed, admission.job_id, error)
+            return
+        self._waiting.append(_Waiting(admission, prepared))
+        self.waiting_count = len(self._waiting)
+        self._call_soon(self._callbacks.ready, admission.job_id, prepared)
+
+    def _measure(self, engine: Engine, command: Measure) -> None:
+        try:
+            prepared = prepare_job(engine.info, engine.tokenize, Admission(command.request, "measure"))
+        except Exception as exc:
+            command.reply.set_exception(exc)
+        else:
+            command.reply.set_result(prepared)
+
+    def _admit(self, engine: Engine) -> None:
+        admitted = []
+        while self._waiting and engine.free_rows > 0:
+            item = self._waiting.popleft()
+            try:
+                engine.submit(item.prepared.job)
+            except Exception as exc:
+                self._call_soon(self._callbacks.failed, item.admission.job_id, EngineFailure(str(exc)))
+                continue
+            self._active.add(item.prepared.job.job_id)
+            admitted.append(item.prepared.job.job_id)
+        self.waiting_count = len(self._waiting)
+        if admitted:
+            self._call_soon(self._callbacks.admitted, admitted)
+
+    def _cancel(self, engine: Engine, job_id: str) -> None:
+        for item in self._waiting:
+            if item.admission.job_id == job_id:
+                self._waiting.remove(item)
+                self.waiting_count = len(self._waiting)
+                self._call_soon(self._callbacks.updates, [JobUpdate(job_id, finish="cancelled")])
+                return
+        if job_id in self._active:
+            engine.cancel(job_id)
+
+    def _expire_waiting(self) -> None:
+        if not self._waiting or self._queue_timeout <= 0:
+            return
+        now = time.monotonic()
+        while self._waiting and now - self._waiting[0].admission.enqueued_at > self._queue_timeout:
+            item = self._waiting.popleft()
+            error = Busy(f"waited {self._queue_timeout:.0f}s for a free row", retry_after=5)
+            self._call_soon(self._callbacks.failed, item.admission.job_id, error)
+        self.waiting_count = len(self._waiting)
+
+    def _recover(self, engine: Engine, exc: Exception, reloads: int) -> tuple[Engine | None, int]:
+        """Fail the rows that were running, reload the model, keep the queue."""
+        self.faults += 1
+        log.exception(
+            "engine %s failed; failing %d running replies and reloading", self.name, len(self._active)
+        )
+        error = EngineFailure(f"the engine failed while generating: {type(exc).__name__}: {exc}")
+        for job_id in list(self._active):
+            self._call_soon(self._callbacks.failed, job_id, error)
+        self._active.clear()
+        try:
+            engine.close()
+        except Exception:
+            log.exception("closing the failed engine")
+        if reloads + 1 > MAX_RELOADS:
+            self._fail_all(EngineFailure(f"model {self.name} keeps failing; unloaded"))
+            return None, reloads
+        try:
+            fresh = self._make_engine()
+        except Exception as load_exc:
+            self._fail_all(EngineFailure(f"reloading {self.name} failed: {load_exc}"))
+            return None, reloads
+        return fresh, reloads + 1
+
+    def _fail_all(self, error: Exception) -> None:
+        for job_id in list(self._active):
+            self._call_soon(self._callbacks.failed, job_id, error)
+        for item in self._waiting:
+            self._call_soon(self._callbacks.failed, item.admission.job_id, error)
+        self._active.clear()
+        self._waiting.clear()
+        self.waiting_count = 0
+
+
+def prepare_job(info: ModelInfo, tokenize: Callable[[str], list[int]], admission: Admission) -> PreparedJob:
+    """Render the request with the model's template, tokenize it and fit the reply into one row."""
+    request = admission.request
+    rendered = render_prompt(info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token)
+    tokens = tokenize(rendered.text)
+    room = info.context_length - len(tokens)
+    if room < 1:
+        raise PromptTooLong(
+            f"the prompt is {len(tokens)} tokens but a row of {info.name} holds {info.context_length} "
+            f"(prompt and reply together); shorten it or restart kinfer with a larger --ctx"
+        )
+    max_tokens = min(request.max_tokens, room) if request.max_tokens else room
+    checkpoints = _checkpoint_tokens(tokenize, rendered.text, rendered.checkpoints, tokens)
+    job = GenerationJob(
+        job_id=admission.job_id,
+        prompt=tuple(tokens),
+        sampling=request.sampling,
+        max_tokens=max_tokens,
+        stop=request.stop,
+        ignore_eos=request.ignore_eos,
+        checkpoints=checkpoints,
+    )
+    return PreparedJob(job=job, rendered=rendered, prompt_tokens=len(tokens))
+
+
+def _checkpoint_tokens(
+    tokenize: Callable[[str], list[int]], text: str, offsets: tuple[int, ...], tokens: list[int]
+) -> tuple[int, ...]:
+    """Token counts of the rendered prefixes, kept only where the prefix tokenizes as a true prefix."""
+    counts = []
+    for offset in offsets:
+        if not 0 < offset < len(text):
+            continue
+        head = tokenize(text[:offset])
+        if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
+            counts.append(len(head))
+    return tuple(sorted(set(counts)))

@@ -1,0 +1,88 @@
+"""App factory: one blueprint per dialect, plus health and metrics; errors in the caller's dialect."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from quart import Quart, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from kinfer import __version__
+from kinfer.errors import InvalidRequest, KinferError, ModelNotFound, PromptTooLong
+from kinfer.metrics import render
+from kinfer.runtime import Runtime
+from kinfer.server import ollama, openai_chat
+
+log = logging.getLogger(__name__)
+
+ErrorRenderer = Callable[[KinferError], Response]
+
+
+def error_renderers() -> list[tuple[str, ErrorRenderer]]:
+    """(path prefix, renderer); the first matching prefix wins, OpenAI's shape is the fallback."""
+    renderers: list[tuple[str, ErrorRenderer]] = [("/api/", ollama.error_response)]
+    for module_name, prefix in (("anthropic", "/v1/messages"), ("responses", "/v1/responses")):
+        try:
+            module = __import__(f"kinfer.server.{module_name}", fromlist=["error_response"])
+        except ImportError:
+            continue
+        renderers.insert(0, (prefix, module.error_response))
+    return renderers
+
+
+def create_app(runtime: Runtime) -> Quart:
+    app = Quart("kinfer")
+    app.extensions["kinfer"] = runtime
+    app.config["MAX_CONTENT_LENGTH"] = int(runtime.settings.max_body_mb * 1024 * 1024)
+    app.config["BODY_TIMEOUT"] = 120
+    app.register_blueprint(openai_chat.blueprint)
+    app.register_blueprint(ollama.blueprint)
+    for module_name in ("anthropic", "responses"):
+        try:
+            module = __import__(f"kinfer.server.{module_name}", fromlist=["blueprint"])
+        except ImportError:
+            continue
+        app.register_blueprint(module.blueprint)
+    renderers = error_renderers()
+
+    def render_error(error: KinferError) -> Response:
+        path = request.path
+        for prefix, renderer in renderers:
+            if path.startswith(prefix):
+                return renderer(error)
+        return openai_chat.error_response(error)
+
+    @app.errorhandler(KinferError)
+    async def _kinfer_error(error: KinferError) -> Response:
+        return render_error(error)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        if status == 404:
+            wrapped: KinferError = ModelNotFound(f"no route {request.method} {request.path}")
+        elif status == 413:
+            wrapped = PromptTooLong(f"the request body is larger than {runtime.settings.max_body_mb:g} MiB")
+        else:
+            wrapped = InvalidRequest(error.description or error.name)
+            wrapped.status = status
+        return render_error(wrapped)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(error: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        failure = KinferError(f"internal error: {type(error).__name__}: {error}")
+        return render_error(failure)
+
+    @app.get("/health")
+    async def health() -> Response:
+        loaded = [m.name for m in runtime.scheduler.loaded_models()]
+        return jsonify({"status": "ok", "version": __version__, "loaded": loaded})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        body = render(runtime.metrics_registry) if runtime.metrics_registry else b""
+        return Response(body, mimetype="text/plain; version=0.0.4")
+
+    return app

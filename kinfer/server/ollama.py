@@ -1,0 +1,642 @@
+"""Ollama's native API (/api/*): chat, generate, model management, NDJSON streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import Field
+from quart import Blueprint, Response, jsonify
+
+from kinfer.chat.go_template import render_go_template
+from kinfer.errors import InvalidRequest, KinferError
+from kinfer.protocol import (
+    ChatRequest,
+    Delta,
+    Done,
+    ErrorEvent,
+    Message,
+    Sampling,
+    ToolCall,
+    ToolCallEvent,
+    ToolSpec,
+)
+from kinfer.scheduler import RequestStream, validate_request
+from kinfer.server.context import runtime
+from kinfer.server.streaming import ndjson, streaming_response
+from kinfer.server.wire import WireModel, read_body
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("ollama", __name__)
+
+OLLAMA_VERSION = "0.13.0"  # the API level we speak; clients gate features on it
+NDJSON = "application/x-ndjson"
+DONE_REASON = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "stop",
+    "deadline": "length",
+    "cancelled": "stop",
+    "error": "stop",
+}
+
+
+# ---- wire schemas ---------------------------------------------------------------------------
+
+
+class Options(WireModel):
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repeat_penalty: float | None = Field(default=None, ge=0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    num_predict: int | None = None
+    seed: int | None = None
+    stop: list[str] | str | None = None
+    num_ctx: int | None = Field(default=None, ge=1)
+
+    def sampling(self) -> Sampling:
+        base = Sampling()
+        return Sampling(
+            temperature=base.temperature if self.temperature is None else self.temperature,
+            top_k=base.top_k if self.top_k is None else self.top_k,
+            top_p=base.top_p if self.top_p is None else self.top_p,
+            min_p=base.min_p if self.min_p is None else self.min_p,
+            repeat_penalty=1.1 if self.repeat_penalty is None else self.repeat_penalty,  # Ollama's default
+            repeat_last_n=64 if self.repeat_last_n in (None, -1) else self.repeat_last_n,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            seed=self.seed,
+        )
+
+    def max_tokens(self) -> int | None:
+        # Ollama: -1 = until the context is full, -2 = fill the context; both mean "no limit" here
+        return None if self.num_predict is None or self.num_predict < 0 else max(1, self.num_predict)
+
+    def stops(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class WireFunction(WireModel):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class WireToolCall(WireModel):
+    id: str | None = None
+    function: WireFunction
+
+
+class WireMessage(WireModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    thinking: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[WireToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(WireModel):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class WireTool(WireModel):
+    type: str = "function"
+    function: FunctionDef
+
+
+Think = bool | Literal["low", "medium", "high"] | None
+KeepAlive = str | float | int | None
+
+
+class ChatBody(WireModel):
+    model: str = ""
+    messages: list[WireMessage] = Field(default_factory=list)
+    tools: list[WireTool] | None = None
+    format: str | dict[str, Any] | None = None
+    options: Options = Field(default_factory=Options)
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    think: Think = None
+
+
+class GenerateBody(WireModel):
+    model: str = ""
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    raw: bool = False
+    images: list[str] | None = None
+    format: str | dict[str, Any] | None = None
+    options: Options = Field(default_factory=Options)
+    stream: bool = True
+    keep_alive: KeepAlive = None
+    think: Think = None
+    context: list[int] | None = None
+
+
+class NameBody(WireModel):
+    model: str | None = None
+    name: str | None = None
+    verbose: bool = False
+    stream: bool = True
+    insecure: bool = False
+
+    def target(self) -> str:
+        value = self.model or self.name
+        if not value:
+            raise InvalidRequest("model is required")
+        return value
+
+
+class CopyBody(WireModel):
+    source: str
+    destination: str
+
+
+# ---- translation ------------------------------------------------------------------------------
+
+
+def keep_alive_seconds(value: KeepAlive) -> float | None:
+    if value is None or value == "":
+        return None
+    from kinfer.config import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"keep_alive: {exc}") from None
+
+
+def think_fields(think: Think) -> tuple[bool | None, Any]:
+    if think is None:
+        return None, None
+    if isinstance(think, bool):
+        return think, None
+    return True, think
+
+
+def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> None:
+    if fmt not in (None, ""):
+        raise InvalidRequest("format: structured output is not supported by kinfer yet")
+    if images:
+        raise InvalidRequest("images: this model reads text only")
+
+
+def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
+    if not body.messages:
+        raise InvalidRequest("messages must not be empty")
+    check_format(body.format, None)
+    messages = []
+    for m in body.messages:
+        check_format(None, m.images)
+        calls = tuple(
+            ToolCall(
+                id=c.id or f"call_{uuid.uuid4().hex[:24]}",
+                name=c.function.name,
+                arguments=c.function.arguments,
+            )
+            for c in m.tool_calls or ()
+        )
+        messages.append(
+            Message(
+                role=m.role,
+                content=m.content,
+                thinking=m.thinking,
+                tool_calls=calls,
+                tool_call_id=m.tool_call_id,
+                name=m.tool_name,
+            )
+        )
+    think, level = think_fields(body.think)
+    tools = tuple(
+        ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or ()
+    )
+    request = ChatRequest(
+        model=body.model,
+        messages=tuple(messages),
+        tools=tools,
+        sampling=body.options.sampling(),
+        max_tokens=body.options.max_tokens(),
+        stop=body.options.stops(),
+        think=think,
+        think_level=level,
+        keep_alive=keep_alive_seconds(body.keep_alive),
+        num_ctx=body.options.num_ctx,
+        dialect="ollama",
+        request_id=request_id,
+    )
+    validate_request(request)
+    return request
+
+
+def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:
+    check_format(body.format, body.images)
+    if body.suffix:
+        raise InvalidRequest("suffix: fill-in-the-middle is not supported")
+    think, level = think_fields(body.think)
+    common = dict(
+        model=body.model,
+        sampling=body.options.sampling(),
+        max_tokens=body.options.max_tokens(),
+        stop=body.options.stops(),
+        think=think,
+        think_level=level,
+        keep_alive=keep_alive_seconds(body.keep_alive),
+        num_ctx=body.options.num_ctx,
+        dialect="ollama",
+        request_id=request_id,
+    )
+    if body.raw:
+        return ChatRequest(raw_prompt=body.prompt, **common)
+    if body.template:
+        prompt = render_go_template(body.template, system=body.system or "", prompt=body.prompt)
+        return ChatRequest(raw_prompt=prompt, **common)
+    messages = ((Message("system", body.system),) if body.system else ()) + (Message("user", body.prompt),)
+    return ChatRequest(messages=messages, **common)
+
+
+# ---- rendering --------------------------------------------------------------------------------
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def final_fields(done: Done) -> dict[str, Any]:
+    t = done.timings
+    return {
+        "done_reason": DONE_REASON[done.reason],
+        "total_duration": int(t.total * 1e9),
+        "load_duration": int(t.load * 1e9),
+        "prompt_eval_count": done.usage.prompt_tokens,
+        "prompt_eval_duration": int(t.prompt * 1e9),
+        "eval_count": done.usage.completion_tokens,
+        "eval_duration": int(t.decode * 1e9),
+    }
+
+
+def tool_call_json(call: ToolCall, index: int) -> dict[str, Any]:
+    return {"id": call.id, "function": {"index": index, "name": call.name, "arguments": call.arguments}}
+
+
+def error_response(error: KinferError) -> Response:
+    response = jsonify({"error": error.message})
+    response.status_code = error.status
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+    return response
+
+
+def error_line(error: Exception) -> str:
+    return ndjson({"error": error.message if isinstance(error, KinferError) else str(error)})
+
+
+async def chat_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
+    async for event in stream.events():
+        if isinstance(event, Delta):
+            message = {"role": "assistant", "content": ""}
+            message["thinking" if event.kind == "thinking" else "content"] = event.text
+            yield ndjson({"model": model, "created_at": now_rfc3339(), "message": message, "done": False})
+        elif isinstance(event, ToolCallEvent):
+            message = {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [tool_call_json(event.call, event.index)],
+            }
+            yield ndjson({"model": model, "created_at": now_rfc3339(), "message": message, "done": False})
+        elif isinstance(event, Done):
+            yield ndjson(
+                {
+                    "model": model,
+                    "created_at": now_rfc3339(),
+                    "message": {"role": "assistant", "content": ""},
+                    "done": True,
+                    **final_fields(event),
+                }
+            )
+        elif isinstance(event, ErrorEvent):
+            yield error_line(event.error)
+
+
+async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
+    async for event in stream.events():
+        if isinstance(event, Delta):
+            field = "thinking" if event.kind == "thinking" else "response"
+            chunk = {"model": model, "created_at": now_rfc3339(), "response": "", "done": False}
+            chunk[field] = event.text
+            yield ndjson(chunk)
+        elif isinstance(event, Done):
+            yield ndjson(
+                {
+                    "model": model,
+                    "created_at": now_rfc3339(),
+                    "response": "",
+                    "done": True,
+                    "context": [],
+                    **final_fields(event),
+                }
+            )
+        elif isinstance(event, ErrorEvent):
+            yield error_line(event.error)
+
+
+# ---- generation routes ------------------------------------------------------------------------
+
+
+@blueprint.post("/api/chat")
+async def chat() -> Response:
+    body = await read_body(ChatBody)
+    if not body.messages:
+        return await load_or_unload(body.model, body.keep_alive, chat=True)
+    stream = await runtime().scheduler.submit(to_chat_request(body, f"ollama-{uuid.uuid4().hex}"))
+    if body.stream:
+        return streaming_response(stream, chat_stream(stream, stream.model), NDJSON)
+    try:
+        text, thinking, calls, done = await stream.collect()
+    finally:
+        stream.cancel()
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if thinking:
+        message["thinking"] = thinking
+    if calls:
+        message["tool_calls"] = [tool_call_json(c, i) for i, c in enumerate(calls)]
+    return jsonify(
+        {
+            "model": stream.model,
+            "created_at": now_rfc3339(),
+            "message": message,
+            "done": True,
+            **final_fields(done),
+        }
+    )
+
+
+@blueprint.post("/api/generate")
+async def generate() -> Response:
+    body = await read_body(GenerateBody)
+    if not body.prompt and not body.raw:
+        return await load_or_unload(body.model, body.keep_alive, chat=False)
+    stream = await runtime().scheduler.submit(to_generate_request(body, f"ollama-{uuid.uuid4().hex}"))
+    if body.stream:
+        return streaming_response(stream, generate_stream(stream, stream.model), NDJSON)
+    try:
+        text, thinking, _calls, done = await stream.collect()
+    finally:
+        stream.cancel()
+    reply: dict[str, Any] = {
+        "model": stream.model,
+        "created_at": now_rfc3339(),
+        "response": text,
+        "done": True,
+        "context": [],
+        **final_fields(done),
+    }
+    if thinking:
+        reply["thinking"] = thinking
+    return jsonify(reply)
+
+
+async def load_or_unload(name: str, keep_alive: KeepAlive, *, chat: bool) -> Response:
+    """Ollama's way to load a model (empty prompt) or unload it (empty prompt + keep_alive 0)."""
+    scheduler = runtime().scheduler
+    seconds = keep_alive_seconds(keep_alive)
+    model = scheduler.resolve(name or None)
+    if seconds == 0:
+        await scheduler.unload(model.name)
+        reason = "unload"
+    else:
+        await scheduler.load(model.name, keep_alive=seconds)
+        reason = "load"
+    body: dict[str, Any] = {
+        "model": model.name,
+        "created_at": now_rfc3339(),
+        "done": True,
+        "done_reason": reason,
+    }
+    body.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    return jsonify(body)
+
+
+# ---- model management -------------------------------------------------------------------------
+
+
+def details_json(model: Any) -> dict[str, Any]:
+    from kinfer.store.inspect import describe
+
+    try:
+        d = describe(model)
+    except Exception as exc:  # a model we cannot read is still listed
+        log.warning("cannot describe %s: %s", model.name, exc)
+        return {
+            "parent_model": "",
+            "format": model.format,
+            "family": "",
+            "families": None,
+            "parameter_size": "",
+            "quantization_level": "",
+        }
+    return {
+        "parent_model": "",
+        "format": model.format,
+        "family": d.architecture or "",
+        "families": [d.architecture] if d.architecture else None,
+        "parameter_size": human_parameters(d.parameters),
+        "quantization_level": d.quantization or "",
+    }
+
+
+def human_parameters(count: int | None) -> str:
+    if not count:
+        return ""
+    if count >= 1e9:
+        return f"{count / 1e9:.1f}B"
+    return f"{count / 1e6:.0f}M"
+
+
+def digest_of(model: Any) -> str:
+    manifest = getattr(model, "manifest", None)
+    if manifest and manifest.files and manifest.files[0].sha256:
+        return manifest.files[0].sha256
+    return uuid.uuid5(uuid.NAMESPACE_URL, str(model.path)).hex
+
+
+def iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
+
+
+def tag_json(model: Any) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "model": model.name,
+        "modified_at": iso(model.modified),
+        "size": model.size,
+        "digest": digest_of(model),
+        "details": details_json(model),
+    }
+
+
+@blueprint.get("/api/tags")
+async def tags() -> Response:
+    return jsonify({"models": [tag_json(m) for m in runtime().store.list()]})
+
+
+@blueprint.post("/api/show")
+async def show() -> Response:
+    from kinfer.store.inspect import describe
+
+    body = await read_body(NameBody)
+    model = runtime().store.resolve(body.target())
+    d = describe(model)
+    capabilities = ["completion"]
+    if d.tool_format and d.tool_format != "none":
+        capabilities.append("tools")
+    if d.thinking:
+        capabilities.append("thinking")
+    arch = d.architecture or "unknown"
+    return jsonify(
+        {
+            "license": "",
+            "modelfile": f"# kinfer model\nFROM {model.path}\n",
+            "parameters": "",
+            "template": d.chat_template or "",
+            "details": details_json(model),
+            "model_info": {
+                "general.architecture": arch,
+                "general.parameter_count": d.parameters or 0,
+                f"{arch}.context_length": d.context_length or 0,
+            },
+            "capabilities": capabilities,
+            "modified_at": iso(model.modified),
+        }
+    )
+
+
+@blueprint.get("/api/ps")
+async def ps() -> Response:
+    models = []
+    for loaded in runtime().scheduler.loaded_models():
+        expires = (
+            "0001-01-01T00:00:00Z"
+            if loaded.expires_at is None
+            else iso(time.time() + max(0.0, loaded.expires_at - time.monotonic()))
+        )
+        model = loaded.model
+        models.append(
+            {
+                "name": model.name,
+                "model": model.name,
+                "size": model.size,
+                "digest": digest_of(model),
+                "details": details_json(model),
+                "expires_at": expires,
+                "size_vram": 0,
+                "context_length": loaded.info.context_length,
+            }
+        )
+    return jsonify({"models": models})
+
+
+@blueprint.get("/api/version")
+async def version() -> Response:
+    return jsonify({"version": OLLAMA_VERSION})
+
+
+@blueprint.delete("/api/delete")
+async def delete() -> Response:
+    body = await read_body(NameBody)
+    rt = runtime()
+    model = rt.store.resolve(body.target())
+    await rt.scheduler.unload_matching(lambda loaded: loaded.path == model.path)
+    rt.store.remove(model.name)
+    return Response("", status=200)
+
+
+@blueprint.post("/api/copy")
+async def copy() -> Response:
+    body = await read_body(CopyBody)
+    runtime().store.copy(body.source, body.destination)
+    return Response("", status=200)
+
+
+@blueprint.post("/api/pull")
+async def pull() -> Response:
+    from kinfer.store.pull import pull as pull_model
+
+    body = await read_body(NameBody)
+    ref = body.target()
+    rt = runtime()
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    cancel = threading.Event()
+
+    def on_progress(progress: Any) -> None:
+        line: dict[str, Any] = {"status": progress.status}
+        if getattr(progress, "digest", None):
+            line["digest"] = progress.digest
+        if getattr(progress, "total", None):
+            line["total"] = progress.total
+            line["completed"] = progress.completed or 0
+        loop.call_soon_threadsafe(queue.put_nowait, line)
+
+    def run() -> None:
+        try:
+            pull_model(rt.store, ref, on_progress=on_progress, cancel=cancel)
+            loop.call_soon_threadsafe(queue.put_nowait, {"status": "success"})
+        except KinferError as exc:
+            loop.call_soon_threadsafe(queue.put_nowait, {"error": exc.message, "_status": exc.status})
+        except Exception as exc:
+            log.exception("pull %s failed", ref)
+            loop.call_soon_threadsafe(queue.put_nowait, {"error": str(exc), "_status": 500})
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    task = asyncio.create_task(asyncio.to_thread(run))
+
+    async def lines() -> AsyncIterator[dict[str, Any]]:
+        try:
+            while (line := await queue.get()) is not None:
+                yield line
+        finally:
+            if not task.done():
+                cancel.set()
+
+    if not body.stream:
+        last: dict[str, Any] = {}
+        async for line in lines():
+            last = line
+        if "error" in last:
+            response = jsonify({"error": last["error"]})
+            response.status_code = last.get("_status", 500)
+            return response
+        return jsonify({"status": "success"})
+
+    async def stream_lines() -> AsyncIterator[str]:
+        async for line in lines():
+            line.pop("_status", None)
+            yield ndjson(line)
+
+    response = Response(stream_lines(), mimetype=NDJSON)
+    response.timeout = None
+    return response
+
+
+@blueprint.route("/", methods=["GET", "HEAD"])
+async def root() -> Response:
+    return Response("Ollama is running", mimetype="text/plain")

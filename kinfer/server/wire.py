@@ -1,0 +1,64 @@
+"""Shared pieces of the HTTP edge: a lenient pydantic base model and body parsing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from quart import request
+
+from kinfer.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+W = TypeVar("W", bound="WireModel")
+
+
+class WireModel(BaseModel):
+    """Accepts fields we do not know (clients send many) and logs them once per request."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _log_unknown(self) -> WireModel:
+        if self.model_extra:
+            log.debug("%s: ignoring unknown fields %s", type(self).__name__, sorted(self.model_extra))
+        return self
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable line per problem: `messages.0.role: Input should be ...`."""
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ())) or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def parse_wire(model: type[W], data: Any) -> W:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(f"invalid request: {describe_validation_error(exc)}") from None
+
+
+async def read_body(model: type[W]) -> W:
+    """The request's JSON body as `model`; malformed JSON or wrong types are a 400."""
+    raw = await request.get_data(as_text=False)
+    if not raw or not raw.strip():
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequest("the request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return parse_wire(model, data)
+
+
+def json_dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,213 @@
+"""Scheduler invariants, on the scripted engine (the real protocol, output chosen by the test)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from kinfer.config import Settings
+from kinfer.errors import Busy, EngineFailure, ModelNotFound, PromptTooLong
+from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Message
+from kinfer.scheduler import Scheduler
+from tests.scripted_engine import ScriptedEngine
+
+pytestmark = pytest.mark.asyncio
+
+
+@dataclass(frozen=True)
+class FakeModel:
+    name: str
+    format: str = "gguf"
+    size: int = 1
+    path: Path = Path("/nonexistent")
+
+
+MODELS = {"alpha": FakeModel("alpha"), "beta": FakeModel("beta")}
+
+
+def resolve(name: str | None) -> FakeModel:
+    if name is None:
+        return MODELS["alpha"]
+    if name not in MODELS:
+        raise ModelNotFound(f"model {name!r} not found")
+    return MODELS[name]
+
+
+def echo_reply(prompt: str) -> str:
+    """Reply with the last user message reversed: each reply is distinct and checkable."""
+    last = prompt.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+    return last[::-1]
+
+
+def make_scheduler(engine_options: dict | None = None, **overrides) -> tuple[Scheduler, list[ScriptedEngine]]:
+    settings = replace(Settings(home=Path("/tmp/unused"), keep_alive="-1"), **overrides)
+    engines: list[ScriptedEngine] = []
+    options = engine_options or {}
+
+    def factory(model, settings, ctx):
+        engine = ScriptedEngine(echo_reply, name=model.name, **options)
+        engines.append(engine)
+        return engine
+
+    return Scheduler(settings, resolve, factory), engines
+
+
+def ask(text: str, model: str = "alpha", **kwargs) -> ChatRequest:
+    return ChatRequest(model=model, messages=(Message("user", text),), **kwargs)
+
+
+async def answer(scheduler: Scheduler, request: ChatRequest) -> tuple[str, Done]:
+    stream = await scheduler.submit(request)
+    text, _thinking, _calls, done = await stream.collect()
+    return text, done
+
+
+async def test_concurrent_requests_share_the_batch_and_keep_their_own_text():
+    scheduler, engines = make_scheduler()
+    prompts = [f"question number {i}" for i in range(8)]
+    results = await asyncio.gather(*(answer(scheduler, ask(p)) for p in prompts))
+    for prompt, (text, done) in zip(prompts, results, strict=True):
+        assert text == prompt[::-1]
+        assert done.reason == "stop"
+        assert done.usage.completion_tokens == len(prompt)
+        assert done.usage.prompt_tokens > len(prompt)
+    assert engines[0].max_busy == 4  # 4 rows, 8 requests: the batch was full
+    await scheduler.close()
+
+
+async def test_requests_wait_in_arrival_order_when_rows_are_full():
+    scheduler, _ = make_scheduler(engine_options={"rows": 1})
+    first = await scheduler.submit(ask("a" * 40))
+    second = await scheduler.submit(ask("second"))
+    third = await scheduler.submit(ask("third"))
+    assert scheduler.queue_depth() >= 1
+    order: list[str] = []
+
+    async def finish(stream, label):
+        await stream.collect()
+        order.append(label)
+
+    await asyncio.gather(finish(third, "third"), finish(second, "second"), finish(first, "first"))
+    assert order == ["first", "second", "third"]
+    await scheduler.close()
+
+
+async def test_cancel_frees_the_row_for_the_next_request():
+    scheduler, engines = make_scheduler(engine_options={"rows": 1})
+    long = await scheduler.submit(ask("x" * 2000))
+    waiting = await scheduler.submit(ask("next"))
+    async for event in long.events():
+        if isinstance(event, Delta):
+            break
+    long.cancel()
+    text, done = await asyncio.wait_for(_collect(waiting), 10)
+    assert text == "txen" and done.reason == "stop"
+    assert long.finish == "cancelled"
+    assert engines[0].stats().rows_busy == 0
+    await scheduler.close()
+
+
+async def _collect(stream):
+    text, _t, _c, done = await stream.collect()
+    return text, done
+
+
+async def test_a_full_queue_answers_busy_with_a_retry_hint():
+    scheduler, _ = make_scheduler(max_queue=2, engine_options={"rows": 1})
+    streams = [await scheduler.submit(ask("y" * 500)) for _ in range(3)]
+    with pytest.raises(Busy) as refused:
+        await scheduler.submit(ask("one too many"))
+    assert refused.value.retry_after and refused.value.retry_after >= 1
+    for stream in streams:
+        stream.cancel()
+    await scheduler.close()
+
+
+async def test_a_prompt_that_cannot_fit_is_refused_before_streaming():
+    scheduler, _ = make_scheduler(engine_options={"ctx": 64})
+    with pytest.raises(PromptTooLong, match="64"):
+        await scheduler.submit(ask("z" * 200))
+    text, _ = await answer(scheduler, ask("short"))
+    assert text == "trohs"
+    await scheduler.close()
+
+
+async def test_max_tokens_is_clipped_to_the_row_and_reported_as_length():
+    scheduler, _ = make_scheduler(engine_options={"ctx": 100})
+    text, done = await answer(scheduler, ask("q" * 30, max_tokens=5))
+    assert done.reason == "length" and len(text) == 5
+    # the prompt takes 80 of the row's 100 tokens: a 30-token reply is cut at 20
+    text, done = await answer(scheduler, ask("q" * 30, max_tokens=1000))
+    assert done.reason == "length" and len(text) == 20
+    await scheduler.close()
+
+
+async def test_an_unknown_model_is_not_found():
+    scheduler, _ = make_scheduler()
+    with pytest.raises(ModelNotFound):
+        await scheduler.submit(ask("hi", model="gamma"))
+    await scheduler.close()
+
+
+async def test_an_engine_fault_fails_running_rows_and_the_model_keeps_serving():
+    scheduler, engines = make_scheduler(engine_options={"fail_on": "BOOM"})
+    doomed = await scheduler.submit(ask("MOOB please"))
+    events = [e async for e in doomed.events()]
+    assert isinstance(events[-1], ErrorEvent) and isinstance(events[-1].error, EngineFailure)
+    text, _ = await answer(scheduler, ask("still there?"))
+    assert text == "?ereht llits"
+    assert len(engines) == 2 and engines[0].closed  # reloaded once
+    await scheduler.close()
+
+
+async def test_keep_alive_zero_unloads_when_idle_and_negative_never():
+    scheduler, engines = make_scheduler()
+    await scheduler.start()
+    await answer(scheduler, ask("stay", keep_alive=-1))
+    await asyncio.sleep(0.8)
+    assert [m.name for m in scheduler.loaded_models()] == ["alpha"]
+    await answer(scheduler, ask("go", keep_alive=0))
+    for _ in range(40):
+        if not scheduler.loaded_models():
+            break
+        await asyncio.sleep(0.1)
+    assert scheduler.loaded_models() == []
+    assert engines[0].closed
+    await scheduler.close()
+
+
+async def test_one_model_at_a_time_by_default():
+    scheduler, engines = make_scheduler()
+    await answer(scheduler, ask("first", model="alpha"))
+    await answer(scheduler, ask("second", model="beta"))
+    assert [m.name for m in scheduler.loaded_models()] == ["beta"]
+    assert engines[0].closed
+    await scheduler.close()
+
+
+async def test_snapshot_shows_live_rows_and_totals():
+    scheduler, _ = make_scheduler()
+    stream = await scheduler.submit(ask("w" * 300))
+    async for event in stream.events():
+        if isinstance(event, Delta):
+            break
+    snap = scheduler.snapshot()
+    assert snap.models[0].name == "alpha"
+    live = [r for r in snap.requests if r.finish is None]
+    assert live and live[0].state in ("prefill", "decoding")
+    stream.cancel()
+    async for _ in stream.events():
+        pass
+    snap = scheduler.snapshot()
+    assert snap.outcomes.get("cancelled") == 1
+    await scheduler.close()
+
+
+async def test_count_tokens_renders_with_the_template():
+    scheduler, _ = make_scheduler()
+    count = await scheduler.count_tokens(ask("hello"))
+    assert count == len("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
+    await scheduler.close()

@@ -1,0 +1,120 @@
+"""A scripted engine: the real Engine protocol with output chosen by the test.
+
+Used only to unit-test the scheduler and to force exact model output (tool calls) through the
+otherwise real pipeline. A token is one character; each step emits one per busy row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.stop_strings import StopStringMatcher
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass
+class _Row:
+    job: GenerationJob
+    script: str
+    emitted: int = 0
+    prefilled: bool = False
+    stops: StopStringMatcher = field(default=None)  # type: ignore[assignment]
+
+
+class ScriptedEngine:
+    """`reply(prompt_text) -> str` decides what each request "generates"."""
+
+    def __init__(
+        self,
+        reply: Callable[[str], str],
+        *,
+        rows: int = 4,
+        ctx: int = 4096,
+        template: str | None = CHATML,
+        fail_on: str | None = None,
+        name: str = "scripted",
+        step_delay: float = 0.002,
+    ) -> None:
+        self.info = ModelInfo(
+            name=name,
+            engine="scripted",
+            architecture="scripted",
+            chat_template=template,
+            bos_token="",
+            eos_token="<|im_end|>",
+            context_length=ctx,
+            rows=rows,
+        )
+        self._reply = reply
+        self._rows: dict[str, _Row] = {}
+        self._cancelled: list[str] = []
+        self._fail_on = fail_on
+        self._step_delay = step_delay  # a real forward pass takes time; so does this one
+        self.steps = 0
+        self.closed = False
+        self.max_busy = 0
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return "".join(chr(t) for t in tokens)
+
+    @property
+    def free_rows(self) -> int:
+        return self.info.rows - len(self._rows)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows or self._cancelled)
+
+    def submit(self, job: GenerationJob) -> None:
+        if self.free_rows <= 0:
+            raise RuntimeError("no free row")
+        script = self._reply(self.detokenize(list(job.prompt)))
+        self._rows[job.job_id] = _Row(job, script, stops=StopStringMatcher(job.stop))
+        self.max_busy = max(self.max_busy, len(self._rows))
+
+    def cancel(self, job_id: str) -> None:
+        if self._rows.pop(job_id, None) is not None:
+            self._cancelled.append(job_id)
+
+    def step(self) -> list[JobUpdate]:
+        self.steps += 1
+        if self._step_delay:
+            time.sleep(self._step_delay)
+        updates = [JobUpdate(job_id, finish="cancelled") for job_id in self._cancelled]
+        self._cancelled.clear()
+        for job_id, row in list(self._rows.items()):
+            if not row.prefilled:
+                row.prefilled = True
+                updates.append(JobUpdate(job_id, prompt_processed=len(row.job.prompt)))
+                continue
+            if self._fail_on is not None and self._fail_on in row.script:
+                raise RuntimeError("scripted engine fault")
+            piece = row.script[row.emitted] if row.emitted < len(row.script) else ""
+            row.emitted += 1
+            scan = row.stops.feed(piece)
+            finish = None
+            if scan.stopped or row.emitted > len(row.script):
+                finish = "stop"
+            elif row.emitted >= row.job.max_tokens:
+                finish = "length"
+            text = scan.text + (row.stops.flush() if finish == "length" else "")
+            updates.append(JobUpdate(job_id, text=text, new_tokens=1 if piece else 0, finish=finish))
+            if finish:
+                del self._rows[job_id]
+        return updates
+
+    def stats(self) -> EngineStats:
+        return EngineStats(rows_total=self.info.rows, rows_busy=len(self._rows), steps_total=self.steps)
+
+    def close(self) -> None:
+        self.closed = True
