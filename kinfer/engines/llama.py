@@ -71,6 +71,8 @@ class LlamaEngine:
     rows / ctx / threads: 0 = automatic (see llama_sizing.plan_size). gpu_layers: -1 offloads every
     layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
     exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
+    step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
+    smaller budget keeps generating rows moving while long prompts prefill.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class LlamaEngine:
         prefix_cache: bool = True,
         gpu_layers: int = -1,
         exact_prefix: bool | None = None,
+        step_tokens: int = 0,
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -102,6 +105,7 @@ class LlamaEngine:
                 train_context=facts.train_context,
                 kv_bytes_per_token=facts.kv_bytes_per_token,
                 max_sequences=native.max_sequences(),
+                step_tokens=step_tokens,
             )
             plan = self.plan
             self._ctx = native.create_context(

@@ -67,13 +67,15 @@ def plan_size(
     train_context: int,
     kv_bytes_per_token: int,
     max_sequences: int,
+    step_tokens: int = 0,
     free_memory: int | None = None,
 ) -> SizePlan:
     """Fill in the automatic (0) settings.
 
     ctx: min(train context, 4096); rows: 4 on CPU, 16 with a GPU backend; one pool slot per row when
     the prefix cache is on. Automatic rows (then automatic ctx) shrink until the KV cache fits in
-    half the free memory; explicit settings are taken as given.
+    half the free memory; explicit settings are taken as given. step_tokens: the per-step token
+    budget (llama.cpp's n_batch), 0 = TOKEN_BUDGET.
     """
     if free_memory is None:
         free_memory = psutil.virtual_memory().available
@@ -99,9 +101,13 @@ def plan_size(
             ctx,
             kv_bytes(rows, ctx) / 2**30,
         )
+    # every generating row puts one token in each step, so the budget holds at least one per row
+    n_batch = max(rows, step_tokens if step_tokens > 0 else TOKEN_BUDGET)
     return SizePlan(
         rows=rows,
         ctx=ctx,
         pool_slots=rows if prefix_cache else 0,
         threads=threads if threads > 0 else available_threads(),
+        n_batch=n_batch,
+        n_ubatch=min(UBATCH, n_batch),
     )

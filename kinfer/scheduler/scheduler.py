@@ -328,9 +328,20 @@ class Scheduler:
         while True:
             await asyncio.sleep(REAP_INTERVAL_S)
             now = time.monotonic()
+            self._enforce_generation_deadline(now)
             for name, loaded in list(self._models.items()):
                 if loaded.active == 0 and loaded.expires_at is not None and now >= loaded.expires_at:
                     await self.unload(name)
+
+    def _enforce_generation_deadline(self, now: float) -> None:
+        """End replies that ran past --generation-timeout; they finish with reason "deadline"."""
+        limit = self.settings.generation_timeout
+        if limit <= 0:
+            return
+        for stream in list(self._streams.values()):
+            if stream.state != "queued" and not stream.deadline_hit and stream.running_for(now) > limit:
+                stream.deadline_hit = True
+                self._cancel(stream.job_id)
 
     # ---- numbers -------------------------------------------------------------------------
 

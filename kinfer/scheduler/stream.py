@@ -55,6 +55,7 @@ class RequestStream:
         self.finished_at: float | None = None
         self.load_seconds = 0.0
         self._tail = ""
+        self.deadline_hit = False  # set when the generation deadline cancels this reply
         self._first_token_at: float | None = None
         self._prefill_started: float | None = None
         self._pipeline: OutputPipeline | None = None
@@ -111,9 +112,16 @@ class RequestStream:
         self.finished_at = time.monotonic()
         self._events.put_nowait(ErrorEvent(error))
 
+    def running_for(self, now: float) -> float:
+        """Seconds since the request took a row."""
+        return now - self._prefill_started if self._prefill_started is not None else 0.0
+
     def _finish(self, reason: FinishReason, now: float) -> None:
         if self.finish is not None:
             return
+        detail = None
+        if reason == "cancelled" and self.deadline_hit:
+            reason, detail = "deadline", "the reply reached the server's generation deadline"
         if self._pipeline is not None:
             for event in self._pipeline.finish():
                 self._events.put_nowait(event)
@@ -122,7 +130,9 @@ class RequestStream:
         self.finish = reason
         self.finished_at = now
         self.state = "done"
-        self._events.put_nowait(Done(reason=reason, usage=self.usage(), timings=self.timings(now)))
+        self._events.put_nowait(
+            Done(reason=reason, usage=self.usage(), timings=self.timings(now), detail=detail)
+        )
 
     # ---- read by dialects ---------------------------------------------------------------
 

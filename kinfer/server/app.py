@@ -13,6 +13,7 @@ from kinfer.errors import InvalidRequest, KinferError, ModelNotFound, PromptTooL
 from kinfer.metrics import render
 from kinfer.runtime import Runtime
 from kinfer.server import ollama, openai_chat
+from kinfer.server.access import install_access_control
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ def create_app(runtime: Runtime) -> Quart:
     app.extensions["kinfer"] = runtime
     app.config["MAX_CONTENT_LENGTH"] = int(runtime.settings.max_body_mb * 1024 * 1024)
     app.config["BODY_TIMEOUT"] = 120
+    install_access_control(app, runtime.settings)
     app.register_blueprint(openai_chat.blueprint)
     app.register_blueprint(ollama.blueprint)
     for module_name in ("anthropic", "responses"):

@@ -66,7 +66,7 @@ class Manifest:
 
 def now_iso() -> str:
     """The current UTC time in the form `pulled_at` uses."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _field(data: dict[str, Any], key: str, kinds: tuple[type, ...], where: str) -> Any:

@@ -23,7 +23,6 @@ from kinfer.store.hub import HubClient, HubUnreachable, RemoteFile, raise_for_hu
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 256 * 1024
 HASH_CHUNK_BYTES = 4 * 1024 * 1024
 RETRIES = 3  # reconnections per file within one pull after a dropped connection
 RETRY_BACKOFF_S = 0.5
@@ -154,7 +153,8 @@ def _stream_into(
             logger.info("%s: the server ignored the range request; downloading from the start", remote.path)
             have, mode = 0, "wb"
         with part.open(mode) as out:
-            for chunk in response.iter_bytes(CHUNK_BYTES):
+            # unbuffered: every byte that arrived is on disk when the connection drops
+            for chunk in response.iter_bytes():
                 if cancel is not None and cancel.is_set():
                     raise PullCancelled(f"pull cancelled at {have} of {remote.size} bytes of {remote.path}")
                 out.write(chunk)

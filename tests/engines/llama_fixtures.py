@@ -94,6 +94,9 @@ def make_engine(smollm2_gguf: Path) -> Iterator[Callable[..., LlamaEngine]]:
     def make(**kw) -> LlamaEngine:
         kw.setdefault("rows", 4)
         kw.setdefault("ctx", 1024)
+        # one thread: this 2-core machine is shared with other test runs, and ggml's spinning thread
+        # barrier slows down several-fold when one of its threads loses its core
+        kw.setdefault("threads", 1)
         engine = LlamaEngine(smollm2_gguf, name="smollm2", **kw)
         engines.append(engine)
         return engine

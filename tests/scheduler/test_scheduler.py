@@ -211,3 +211,22 @@ async def test_count_tokens_renders_with_the_template():
     count = await scheduler.count_tokens(ask("hello"))
     assert count == len("<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")
     await scheduler.close()
+
+
+async def test_the_generation_deadline_ends_a_reply_with_a_reason():
+    scheduler, _ = make_scheduler(generation_timeout=0.3, engine_options={"step_delay": 0.01})
+    await scheduler.start()
+    text, done = await answer(scheduler, ask("d" * 3000))
+    assert done.reason == "deadline" and "deadline" in done.detail
+    assert 0 < len(text) < 3000
+    await scheduler.close()
+
+
+async def test_a_request_waiting_too_long_for_a_row_is_refused_busy():
+    scheduler, _ = make_scheduler(queue_timeout=0.2, engine_options={"rows": 1, "step_delay": 0.01})
+    hog = await scheduler.submit(ask("h" * 3000))
+    late = await scheduler.submit(ask("late"))
+    events = [e async for e in late.events()]
+    assert isinstance(events[-1], ErrorEvent) and isinstance(events[-1].error, Busy)
+    hog.cancel()
+    await scheduler.close()

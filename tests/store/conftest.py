@@ -1,23 +1,16 @@
-"""Store fixtures: a store on an empty KINFER_HOME, pulled models made the way `pull` makes them,
-and tiny MLX folders written by hand (config.json, tokenizer_config.json, safetensors)."""
+"""Store fixtures: a store on an empty KINFER_HOME with no bundled model, and pulled tiny GGUFs."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from kinfer.store.catalog import Store
-from kinfer.store.manifest import Manifest, ManifestFile, now_iso
 from kinfer.store.models import StoredModel
-from tests.fixtures.tiny_gguf import CHATML_TEMPLATE, write_tiny_gguf
-
-TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
+from tests.fixtures.tiny_gguf import write_tiny_gguf
+from tests.store.store_helpers import install_folder
 
 
 @pytest.fixture
@@ -32,112 +25,13 @@ def store(kinfer_home: Path, ollama_root: Path) -> Store:
     return Store(kinfer_home, ollama_models=ollama_root, bundled=False)
 
 
-def install_folder(store: Store, name: str, fmt: str, fill: Callable[[Path], None]) -> StoredModel:
-    """Install a model the way `kinfer pull` does: fill a staging folder, then `install` it."""
-    staging = store.staging_dir(store.slug_for(name))
-    fill(staging)
-    files = tuple(
-        ManifestFile(str(p.relative_to(staging)), p.stat().st_size)
-        for p in sorted(staging.rglob("*"))
-        if p.is_file()
-    )
-    manifest = Manifest(
-        name=name,
-        format=fmt,  # type: ignore[arg-type]
-        source=f"hf.co/{name.removeprefix('hf.co/').split(':')[0]}",
-        revision="0123abcd",
-        files=files,
-        pulled_at=now_iso(),
-    )
-    return store.install(staging, manifest)
-
-
 @pytest.fixture
 def pull_gguf(store: Store) -> Callable[..., StoredModel]:
     """Install a tiny GGUF under a store name: pull_gguf("hf.co/o/r:q8_0", quant="Q8_0", split=2)."""
 
     def pull(name: str, *, filename: str = "model.gguf", **kwargs) -> StoredModel:
-        return install_folder(store, name, "gguf", lambda folder: write_tiny_gguf(folder / filename, **kwargs))
+        return install_folder(
+            store, name, "gguf", lambda folder: write_tiny_gguf(folder / filename, **kwargs)
+        )
 
     return pull
-
-
-def write_tiny_mlx(
-    folder: Path,
-    *,
-    model_type: str = "llama",
-    chat_template: str | None = CHATML_TEMPLATE,
-    template_file: bool = False,
-    bits: int | None = None,
-    text_config: bool = False,
-) -> Path:
-    """A Hugging Face style folder: config.json, tokenizer_config.json and one safetensors file.
-
-    `bits` writes MLX-quantized linear weights (packed uint32 + scales + biases, group size 32);
-    `text_config` nests the language model's numbers the way qwen3_5 configs do;
-    `template_file` puts the chat template in chat_template.jinja instead of tokenizer_config.json.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    hidden, layers, vocab = 32, 2, 64
-    numbers = {
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 4096,
-        "vocab_size": vocab,
-        "torch_dtype": "bfloat16",
-    }
-    config: dict = {"model_type": model_type, "architectures": ["LlamaForCausalLM"]}
-    if text_config:
-        config["text_config"] = {"model_type": f"{model_type}_text", **numbers}
-    else:
-        config.update(numbers)
-    tensors: dict[str, np.ndarray] = {"model.embed_tokens.weight": np.zeros((vocab, hidden), np.float16)}
-    for i in range(layers):
-        prefix = f"model.layers.{i}"
-        tensors[f"{prefix}.input_layernorm.weight"] = np.ones(hidden, np.float16)
-        for proj in ("q_proj", "o_proj"):
-            name = f"{prefix}.self_attn.{proj}"
-            if bits:
-                tensors[f"{name}.weight"] = np.zeros((hidden, hidden * bits // 32), np.uint32)
-                tensors[f"{name}.scales"] = np.ones((hidden, hidden // 32), np.float16)
-                tensors[f"{name}.biases"] = np.zeros((hidden, hidden // 32), np.float16)
-            else:
-                tensors[f"{name}.weight"] = np.zeros((hidden, hidden), np.float16)
-    if bits:
-        config["quantization"] = {"group_size": 32, "bits": bits}
-    save_file(tensors, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    tokenizer_config: dict = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>"}
-    if chat_template is not None and not template_file:
-        tokenizer_config["chat_template"] = chat_template
-    if chat_template is not None and template_file:
-        (folder / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
-    (folder / "tokenizer.json").write_text("{}", encoding="utf-8")
-    return folder
-
-
-# parameters write_tiny_mlx writes: embeddings + per layer (norm + 2 square projections)
-TINY_MLX_PARAMS = 64 * 32 + 2 * (32 + 2 * 32 * 32)
-
-
-def template(name: str) -> str:
-    """A real model's chat template from tests/fixtures/templates."""
-    return (TEMPLATES / name).read_text(encoding="utf-8")
-
-
-def snapshot_tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every file under root with its size, mtime_ns and first bytes, to prove nothing changed."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns, p.read_bytes()[:64])
-    return out
-
-
-def copy_tree(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

@@ -1,0 +1,298 @@
+"""Anthropic Messages: wire schemas and their translation to a `ChatRequest`.
+
+Content blocks map onto the internal messages the chat template reads: `tool_use` blocks become the
+assistant's `tool_calls`, each `tool_result` block becomes a `tool` message (named after the call it
+answers), `thinking` blocks become the assistant's `thinking`; `redacted_thinking` is dropped (we
+cannot read it). Images and documents are refused with a 400: kinfer serves text-only models.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kinfer.chat.volatile import strip_volatile_headers
+from kinfer.errors import InvalidRequest
+from kinfer.protocol import ChatRequest, Message, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.scheduler import validate_request
+from kinfer.server.wire import WireModel
+
+log = logging.getLogger(__name__)
+
+MAX_STOP_SEQUENCES = 16
+BLOCK_SEPARATOR = "\n\n"  # between text blocks of one message (Claude Code sends reminders as own blocks)
+MEDIA_BLOCKS = frozenset({"image", "document", "file", "container_upload"})
+EFFORT_LEVELS: dict[str, ThinkLevel] = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+# ---- wire schemas ---------------------------------------------------------------------------
+
+
+class ContentBlock(WireModel):
+    """One content block of any type; which fields matter depends on `type`."""
+
+    type: str
+    text: str | None = None
+    # tool_use
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    # tool_result
+    tool_use_id: str | None = None
+    content: str | list[ContentBlock] | None = None
+    is_error: bool = False
+    # thinking / redacted_thinking
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+
+
+class WireMessage(WireModel):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class SystemBlock(WireModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class WireTool(WireModel):
+    """A client tool (`type` absent or "custom"); server tools (web_search_..., bash_...) carry a type."""
+
+    name: str
+    type: str | None = None
+    description: str = ""
+    input_schema: dict[str, Any] | None = None
+
+
+class ToolChoice(WireModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class ThinkingConfig(WireModel):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = None
+
+
+class OutputConfig(WireModel):
+    effort: str | None = None
+
+
+class CountTokensBody(WireModel):
+    """The fields `count_tokens` reads: everything that shapes the prompt."""
+
+    model: str = ""
+    messages: list[WireMessage]
+    system: str | list[SystemBlock] | None = None
+    tools: list[WireTool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+
+
+class MessagesBody(CountTokensBody):
+    """`POST /v1/messages`. `max_tokens` is required, as Anthropic requires it."""
+
+    max_tokens: int = Field(ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+
+    def sampling(self) -> Sampling:
+        base = Sampling()
+        return Sampling(
+            temperature=base.temperature if self.temperature is None else self.temperature,
+            top_k=base.top_k if self.top_k is None else self.top_k,
+            top_p=base.top_p if self.top_p is None else self.top_p,
+        )
+
+    def stops(self) -> tuple[str, ...]:
+        stops = tuple(s for s in self.stop_sequences or () if s)
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise InvalidRequest(f"stop_sequences: at most {MAX_STOP_SEQUENCES} stop sequences")
+        return stops
+
+
+# ---- wire -> ChatRequest ----------------------------------------------------------------------
+
+
+def tool_use_id(call_id: str) -> str:
+    """Anthropic spells call ids `toolu_...`; ours are `call_...` (ids from the history pass through)."""
+    if call_id.startswith("toolu_"):
+        return call_id
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def system_text(system: str | list[SystemBlock] | None) -> str:
+    """The system prompt, without Claude Code's per-request `cch=` value (it would defeat the prefix cache)."""
+    if system is None:
+        return ""
+    blocks = [system] if isinstance(system, str) else [b.text for b in system]
+    texts = [strip_volatile_headers(t) for t in blocks]
+    return BLOCK_SEPARATOR.join(t for t in texts if t)
+
+
+def refuse_media(block: ContentBlock, where: str) -> None:
+    if block.type in MEDIA_BLOCKS:
+        raise InvalidRequest(
+            f"{where}: content block of type {block.type!r}: kinfer serves text-only models; "
+            "send text blocks only"
+        )
+
+
+def tool_result_text(block: ContentBlock, where: str) -> str:
+    if block.content is None or isinstance(block.content, str):
+        text = block.content or ""
+    else:
+        parts = []
+        for inner in block.content:
+            refuse_media(inner, where)
+            if inner.type == "text":
+                parts.append(inner.text or "")
+            else:
+                log.info("%s: skipping a %r block inside a tool_result", where, inner.type)
+        text = BLOCK_SEPARATOR.join(parts)
+    # the model has no is_error flag to read; say it in words, as Anthropic's own rendering does
+    return f"Error: {text}" if block.is_error else text
+
+
+def user_messages(blocks: list[ContentBlock], names: dict[str, str], where: str) -> list[Message]:
+    """A user turn: its tool results become `tool` messages, its text a user message, in order."""
+    out: list[Message] = []
+    texts: list[str] = []
+
+    def flush_text() -> None:
+        if texts:
+            out.append(Message("user", BLOCK_SEPARATOR.join(texts)))
+            texts.clear()
+
+    for i, block in enumerate(blocks):
+        at = f"{where}.content.{i}"
+        refuse_media(block, at)
+        if block.type == "text":
+            texts.append(block.text or "")
+        elif block.type == "tool_result":
+            if not block.tool_use_id:
+                raise InvalidRequest(f"{at}.tool_use_id: Field required")
+            flush_text()
+            out.append(
+                Message(
+                    "tool",
+                    tool_result_text(block, at),
+                    tool_call_id=block.tool_use_id,
+                    name=names.get(block.tool_use_id),
+                )
+            )
+        elif block.type in ("thinking", "redacted_thinking"):
+            continue
+        else:
+            raise InvalidRequest(f"{at}: content block of type {block.type!r} is not supported")
+    flush_text()
+    return out
+
+
+def assistant_message(blocks: list[ContentBlock], names: dict[str, str], where: str) -> Message:
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    for i, block in enumerate(blocks):
+        at = f"{where}.content.{i}"
+        if block.type == "text":
+            texts.append(block.text or "")
+        elif block.type == "thinking":
+            thinking.append(block.thinking or "")
+        elif block.type == "redacted_thinking":
+            continue  # encrypted by another provider; nothing a local model can read
+        elif block.type == "tool_use":
+            if not block.id or not block.name:
+                raise InvalidRequest(f"{at}: a tool_use block needs an id and a name")
+            names[block.id] = block.name
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=block.input or {}))
+        else:
+            refuse_media(block, at)
+            raise InvalidRequest(f"{at}: content block of type {block.type!r} is not supported")
+    return Message(
+        "assistant",
+        BLOCK_SEPARATOR.join(texts),
+        thinking=BLOCK_SEPARATOR.join(thinking) if thinking else None,
+        tool_calls=tuple(calls),
+    )
+
+
+def to_messages(system: str, wire: list[WireMessage]) -> tuple[Message, ...]:
+    names: dict[str, str] = {}  # tool_use id -> tool name, for the tool messages that answer them
+    messages = [Message("system", system)] if system else []
+    for n, m in enumerate(wire):
+        where = f"messages.{n}"
+        if isinstance(m.content, str):
+            messages.append(Message(m.role, m.content))
+        elif m.role == "assistant":
+            messages.append(assistant_message(m.content, names, where))
+        else:
+            messages.extend(user_messages(m.content, names, where))
+    return tuple(messages)
+
+
+def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
+    tools = []
+    for tool in wire or ():
+        if tool.type not in (None, "custom"):
+            log.info("dropping tool %r of type %r: only client tools are served", tool.name, tool.type)
+            continue
+        tools.append(ToolSpec(tool.name, tool.description, tool.input_schema or {"type": "object"}))
+    return tuple(tools)
+
+
+def tool_choice_name(choice: ToolChoice | None) -> str:
+    if choice is None or choice.type == "auto":
+        return "auto"
+    if choice.type == "any":
+        return "required"
+    if choice.type == "none":
+        return "none"
+    if not choice.name:
+        raise InvalidRequest("tool_choice.name: required when tool_choice.type is 'tool'")
+    return choice.name
+
+
+def think_from(thinking: ThinkingConfig | None, output: OutputConfig | None) -> tuple[bool | None, Any]:
+    """`enabled` opens a think block, `disabled` renders the empty one, `adaptive` (the model decides)
+    leaves the template's default; `output_config.effort` picks the level when thinking is on."""
+    think = None if thinking is None else {"enabled": True, "disabled": False}.get(thinking.type)
+    effort = output.effort if output is not None else None
+    if think is False or effort is None:
+        return think, None
+    if effort not in EFFORT_LEVELS:
+        raise InvalidRequest("output_config.effort must be one of low, medium, high, max")
+    return think, EFFORT_LEVELS[effort]
+
+
+def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
+    """The internal request for `wire` (a create body, or a count_tokens body without sampling)."""
+    think, level = think_from(wire.thinking, wire.output_config)
+    choice = tool_choice_name(wire.tool_choice)
+    tools = to_tools(wire.tools)
+    extra: dict[str, Any] = {}
+    if isinstance(wire, MessagesBody):
+        extra = {"sampling": wire.sampling(), "max_tokens": wire.max_tokens}
+    request = ChatRequest(
+        model=wire.model,
+        messages=to_messages(system_text(wire.system), wire.messages),
+        tools=() if choice == "none" else tools,
+        tool_choice=choice,
+        think=think,
+        think_level=level,
+        dialect="anthropic",
+        request_id=request_id,
+        **extra,
+    )
+    validate_request(request)
+    return request

@@ -1,0 +1,239 @@
+"""OpenAI Responses: wire schemas and the translation of `input` items into internal messages.
+
+Output items sent back as input fold into one assistant message each, the way the chat template
+expects them: `reasoning` items give its `thinking`, `message` items its text, `function_call` items
+its `tool_calls`. A `function_call_output` item becomes a `tool` message named after its call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kinfer.errors import InvalidRequest
+from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.server.wire import WireModel
+
+log = logging.getLogger(__name__)
+
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal"})
+MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio", "image_url", "image"})
+EFFORT_LEVELS: dict[str, ThinkLevel] = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+}
+
+
+# ---- wire schemas ---------------------------------------------------------------------------
+
+
+class Part(WireModel):
+    type: str
+    text: str | None = None
+    refusal: str | None = None
+
+
+class InputItem(WireModel):
+    """One `input` item of any type (a message without `type` is a message)."""
+
+    type: str | None = None
+    id: str | None = None
+    # message
+    role: str | None = None
+    content: str | list[Part] | None = None
+    # function_call / function_call_output
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None
+    output: str | list[Part] | None = None
+    # reasoning
+    summary: list[Part] | None = None
+
+
+class WireTool(WireModel):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Reasoning(WireModel):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponsesBody(WireModel):
+    model: str = ""
+    input: str | list[InputItem] = Field(default_factory=list)
+    instructions: str | None = None
+    tools: list[WireTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    reasoning: Reasoning | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+    text: dict[str, Any] | None = None
+
+    def sampling(self) -> Sampling:
+        base = Sampling()
+        return Sampling(
+            temperature=base.temperature if self.temperature is None else self.temperature,
+            top_p=base.top_p if self.top_p is None else self.top_p,
+        )
+
+
+# ---- translation ------------------------------------------------------------------------------
+
+
+def parts_text(content: str | list[Part] | None, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for i, part in enumerate(content):
+        if part.type in MEDIA_PARTS:
+            raise InvalidRequest(f"{where}.{i}: part of type {part.type!r}: kinfer serves text-only models")
+        if part.type not in TEXT_PARTS:
+            raise InvalidRequest(f"{where}.{i}: unknown content part type {part.type!r}")
+        texts.append(part.text if part.text is not None else part.refusal or "")
+    return "".join(texts)
+
+
+def parse_arguments(arguments: str | dict[str, Any] | None, where: str) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        raise InvalidRequest(f"{where}.arguments: not valid JSON") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where}.arguments: must be a JSON object")
+    return value
+
+
+@dataclass
+class _Turn:
+    """An assistant turn being gathered from consecutive output items."""
+
+    texts: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def message(self) -> Message | None:
+        if not (self.texts or self.thinking or self.calls):
+            return None
+        thinking = "\n\n".join(self.thinking) if self.thinking else None
+        return Message("assistant", "".join(self.texts), thinking=thinking, tool_calls=tuple(self.calls))
+
+
+def to_messages(items: str | list[InputItem], names: dict[str, str]) -> list[Message]:
+    """`input` as internal messages. `names` maps call ids to tool names (earlier turns' calls too)."""
+    if isinstance(items, str):
+        return [Message("user", items)]
+    messages: list[Message] = []
+    turn = _Turn()
+
+    def flush() -> None:
+        nonlocal turn
+        if (message := turn.message()) is not None:
+            messages.append(message)
+        turn = _Turn()
+
+    for i, item in enumerate(items):
+        where = f"input.{i}"
+        kind = item.type or "message"
+        if kind == "message":
+            role = {"developer": "system"}.get(item.role or "", item.role)
+            if role not in ("system", "user", "assistant"):
+                raise InvalidRequest(f"{where}.role: must be user, assistant, system or developer")
+            text = parts_text(item.content, f"{where}.content")
+            if role == "assistant":
+                turn.texts.append(text)
+                continue
+            flush()
+            messages.append(Message(role, text))  # type: ignore[arg-type]
+        elif kind == "reasoning":
+            if turn.texts or turn.calls:
+                flush()  # reasoning opens a new turn
+            summary = parts_text(list(item.summary or []), f"{where}.summary")
+            body = parts_text(item.content, f"{where}.content") if isinstance(item.content, list) else ""
+            if body or summary:
+                turn.thinking.append(body or summary)
+        elif kind == "function_call":
+            if not item.call_id or not item.name:
+                raise InvalidRequest(f"{where}: a function_call needs call_id and name")
+            names[item.call_id] = item.name
+            turn.calls.append(ToolCall(item.call_id, item.name, parse_arguments(item.arguments, where)))
+        elif kind == "function_call_output":
+            if not item.call_id:
+                raise InvalidRequest(f"{where}.call_id: Field required")
+            flush()
+            output = parts_text(item.output, f"{where}.output")
+            messages.append(Message("tool", output, tool_call_id=item.call_id, name=names.get(item.call_id)))
+        elif kind == "item_reference":
+            raise InvalidRequest(f"{where}: item_reference is not supported; send the items themselves")
+        else:
+            log.info("dropping input item of type %r: kinfer serves function tools only", kind)
+    flush()
+    return messages
+
+
+def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
+    tools = []
+    for tool in wire or ():
+        if tool.type != "function" or not tool.name:
+            log.info("dropping tool of type %r: only function tools are served", tool.type)
+            continue
+        tools.append(ToolSpec(tool.name, tool.description or "", tool.parameters or {"type": "object"}))
+    return tuple(tools)
+
+
+def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
+        return choice
+    if choice.get("type") == "function" and choice.get("name"):
+        return str(choice["name"])
+    if choice.get("type") == "allowed_tools":
+        return str(choice.get("mode") or "auto")
+    raise InvalidRequest("tool_choice: give {'type': 'function', 'name': ...}")
+
+
+def think_from(reasoning: Reasoning | None) -> tuple[bool | None, ThinkLevel | None]:
+    if reasoning is None or reasoning.effort is None:
+        return None, None
+    if reasoning.effort == "none":
+        return False, None
+    if reasoning.effort not in EFFORT_LEVELS:
+        raise InvalidRequest("reasoning.effort must be one of none, minimal, low, medium, high, xhigh")
+    return True, EFFORT_LEVELS[reasoning.effort]
+
+
+def tool_json(tool: WireTool) -> dict[str, Any]:
+    """A function tool as the response object echoes it."""
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters or {"type": "object"},
+        "strict": bool(tool.strict),
+    }
+
+
+Status = Literal["completed", "incomplete", "failed", "in_progress"]

@@ -1,0 +1,68 @@
+"""Aggregate decode and prompt tok/s from successive scheduler snapshots, with a short history.
+
+The scheduler counts tokens of finished requests in its totals and those of live requests in their
+rows; their sum only grows, so the difference between two snapshots is the work done in between,
+however many requests started or finished meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from kinfer.scheduler import SchedulerSnapshot
+
+HISTORY = 120  # samples in the sparklines: 30 s at 4 Hz
+
+
+@dataclass(frozen=True)
+class TokenCounts:
+    """Tokens generated and prompt tokens computed (reused prefix excluded) since the server started."""
+
+    generated: int
+    prompt: int
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Tokens per second over the last interval."""
+
+    decode: float
+    prompt: float
+
+
+def token_counts(snapshot: SchedulerSnapshot) -> TokenCounts:
+    generated = snapshot.generated_tokens_total
+    prompt = snapshot.prompt_tokens_total - snapshot.reused_tokens_total
+    for request in snapshot.requests:
+        if request.finish is None:  # finished rows are already in the totals
+            generated += request.generated
+            prompt += max(0, request.prompt_processed - request.reused)
+    return TokenCounts(generated=generated, prompt=prompt)
+
+
+class RateTracker:
+    """Feed it every snapshot; it keeps the latest rates and a history for the sparklines."""
+
+    def __init__(self, history: int = HISTORY) -> None:
+        self.decode_history: deque[float] = deque(maxlen=history)
+        self.prompt_history: deque[float] = deque(maxlen=history)
+        self.latest = Rates(0.0, 0.0)
+        self._previous: tuple[float, TokenCounts] | None = None
+
+    def update(self, snapshot: SchedulerSnapshot) -> Rates:
+        counts = token_counts(snapshot)
+        previous, self._previous = self._previous, (snapshot.taken_at, counts)
+        if previous is None:
+            return self.latest
+        elapsed = snapshot.taken_at - previous[0]
+        if elapsed <= 0:
+            return self.latest
+        # clamped: the counts only fall when the scheduler behind the source is a new one
+        self.latest = Rates(
+            decode=max(0.0, (counts.generated - previous[1].generated) / elapsed),
+            prompt=max(0.0, (counts.prompt - previous[1].prompt) / elapsed),
+        )
+        self.decode_history.append(self.latest.decode)
+        self.prompt_history.append(self.latest.prompt)
+        return self.latest

@@ -1,0 +1,1 @@
+"""Modal screens: the pull dialog and the delete confirmation."""

@@ -1,0 +1,70 @@
+"""The same server `kinfer --headless` runs, as a task on the dashboard's event loop.
+
+Running it on Textual's loop (rather than a thread of its own) lets the dashboard read
+`scheduler.snapshot()` and call `scheduler.load()` directly: the scheduler is loop-bound.
+The engines run on their own threads either way, so rendering never stalls a decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+
+from kinfer.runtime import Runtime, serve
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 30.0
+
+
+class ServerTask:
+    """Starts `kinfer.runtime.serve` on the running loop; `stop()` asks it to finish and waits."""
+
+    def __init__(self, runtime: Runtime, sock: socket.socket) -> None:
+        self.runtime = runtime
+        self.sock = sock
+        self._shutdown: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self, on_exit: Callable[[BaseException | None], None] | None = None) -> None:
+        """Serve in the background; `on_exit(error)` is called if the server stops by itself."""
+        self._shutdown = asyncio.Event()
+        self._task = asyncio.create_task(serve(self.runtime, self.sock, self._shutdown), name="kinfer-serve")
+
+        def done(task: asyncio.Task) -> None:
+            if on_exit is None or self._shutdown is None or self._shutdown.is_set():
+                return  # asked to stop: not news
+            error = None if task.cancelled() else task.exception()
+            on_exit(error)
+
+        self._task.add_done_callback(done)
+
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Graceful: Hypercorn lets open streams finish (a few seconds), then the engines unload."""
+        if self._task is None or self._shutdown is None:
+            return
+        self._shutdown.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            log.warning("the server did not stop within %.0fs; cancelling it", timeout)
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        except Exception:
+            log.exception("the server stopped with an error")
+        finally:
+            self._task = None

@@ -1,0 +1,1 @@
+"""One widget per module; each keeps its intrinsic style in DEFAULT_CSS."""
