@@ -133,7 +133,9 @@ class StreamReader:
             return
         if not isinstance(data, dict):
             return
-        {"openai": self._openai, "ollama": self._ollama, "anthropic": self._anthropic}[self.dialect](data, now)
+        {"openai": self._openai, "ollama": self._ollama, "anthropic": self._anthropic}[self.dialect](
+            data, now
+        )
 
     def _text(self, text: str | None, now: float) -> None:
         if not text:
@@ -176,7 +178,7 @@ class StreamReader:
 
     def _anthropic(self, data: dict[str, Any], now: float) -> None:
         kind = data.get("type")
-        if kind == "error" or "error" in data and kind is None:
+        if kind == "error" or (kind is None and "error" in data):
             self.error = error_text(data.get("error"))
         elif kind == "message_start":
             usage = (data.get("message") or {}).get("usage") or {}

@@ -12,19 +12,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Common words that most BPE vocabularies hold as one token with a leading space.
-WORDS = (
+_WORD_TEXT = (
     "the of and to in is was for that with as on by at from his her they this had not are but "
     "which have one you were all their there been has when who will more would can if out so "
     "about what up said into some them could time these two may then first any new like only "
     "over such our most other where after back also just well way many down even good very "
     "through year work long little great make must should still life part place old much "
-    "every world day each great people know take while small last under never house water "
+    "every world day each people know take while small last under never house water "
     "found left point here same hand light night food land city tree river road paper stone "
     "music table window garden morning summer winter market letter story field ship train "
     "green blue white black red open close early late short north south east west common "
     "simple quick slow warm cold bright clear quiet strong sound voice friend family school "
-    "market village mountain valley island forest bridge castle kitchen doctor teacher farmer"
-).split()
+    "village mountain valley island forest bridge castle kitchen doctor teacher farmer"
+)
+WORDS = tuple(_WORD_TEXT.split())
 
 DEFAULT_TOKENS_PER_WORD = 1.1  # used until a server's usage calibrates it
 DEFAULT_OVERHEAD = 30  # chat-template tokens around the user's text

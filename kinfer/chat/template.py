@@ -185,6 +185,18 @@ def _try_render(render: Any, messages: list[dict[str, Any]]) -> str | None:
         return None
 
 
+def _system_prefix_by_probe(render: Any, system: list[dict[str, Any]]) -> str | None:
+    """For templates that refuse a system-only conversation (Qwen3.5): render it with two different
+    one-word user turns; what the two share is the system prompt (and tools) plus the user header."""
+    first, second = (
+        _try_render(render, [*system, {"role": "user", "content": word}]) for word in ("\ue000", "\ue001")
+    )
+    if first is None or second is None:
+        return None
+    shared = next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b), 0)
+    return first[:shared] or None
+
+
 def _apply_think_mode(text: str, tail_at: int, request: ChatRequest, traits: TemplateTraits) -> str:
     """Make the prompt's end agree with the think mode asked for, as Ollama does."""
     if not traits.supports_thinking:
@@ -213,6 +225,7 @@ def _checkpoints(text: str, messages: list[dict[str, Any]], render: Any) -> tupl
 
     Each is found by rendering the truncated conversation, and kept only if that render is an exact
     prefix of `text` (templates that rewrite old turns, like Qwen3 dropping past thinking, fail this).
+    A template that refuses to render the system prompt alone is probed with a stand-in user turn.
     """
     n_system = 0
     while n_system < len(messages) and messages[n_system]["role"] == "system":
@@ -224,6 +237,8 @@ def _checkpoints(text: str, messages: list[dict[str, Any]], render: Any) -> tupl
     offsets = set()
     for cut in sorted(cuts):
         prefix = _try_render(render, messages[:cut])
+        if prefix is None and cut == n_system:
+            prefix = _system_prefix_by_probe(render, messages[:cut])
         if prefix and len(prefix) < len(text) and text.startswith(prefix):
             offsets.add(len(prefix))
     return tuple(sorted(offsets))

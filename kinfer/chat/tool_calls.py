@@ -29,6 +29,7 @@ class ToolCallParser:
         self._buf = ""
         self._inside = False
         self._pending_ws = ""  # whitespace not yet known to be prose rather than a separator
+        self._ws_before_call = ""  # put back if the call turns out malformed
         self._after_call = False  # the last thing out was a call
         self.calls_seen = 0
 
@@ -49,6 +50,7 @@ class ToolCallParser:
         out: list[Delta | ToolCallEvent] = []
         if self._inside:
             log.info("tool call never closed; returning it as text")
+            self._pending_ws = self._ws_before_call
             self._emit_text(TOOL_CALL_OPEN + self._buf, out)
         elif self._buf:
             self._emit_text(self._buf, out)
@@ -63,7 +65,8 @@ class ToolCallParser:
         at = self._buf.find(TOOL_CALL_OPEN)
         if at >= 0:
             self._emit_text(self._buf[:at], out)
-            self._pending_ws = ""  # whitespace right before a call only separates it
+            # whitespace right before a call only separates it (unless the call is malformed)
+            self._ws_before_call, self._pending_ws = self._pending_ws, ""
             self._buf = self._buf[at + len(TOOL_CALL_OPEN) :]
             self._inside = True
             return True
@@ -82,6 +85,7 @@ class ToolCallParser:
         call = parse_call_body(body, self._tools)
         if call is None:
             log.info("malformed tool call left as text: %.200r", body)
+            self._pending_ws = self._ws_before_call
             self._emit_text(TOOL_CALL_OPEN + body + TOOL_CALL_CLOSE, out)
             return True
         out.append(ToolCallEvent(call, self.calls_seen))

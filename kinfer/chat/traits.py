@@ -58,7 +58,7 @@ def analyze_template(template: str | None) -> TemplateTraits:
 
 
 def _tool_format(template: str) -> ToolFormat:
-    # templates spell the tag either literally or inside a Jinja string with an escaped newline
+    # the XML format is the only one whose instructions or replay spell out "<function="
     if TOOL_CALL_OPEN not in template:
         return "none"
     if "<function=" in template:

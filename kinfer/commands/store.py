@@ -93,7 +93,8 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
     _warn(store)
     if args.json:
         data = [
-            {**m.to_dict(), "modified_at": datetime.fromtimestamp(m.modified, UTC).isoformat()} for m in models
+            {**m.to_dict(), "modified_at": datetime.fromtimestamp(m.modified, UTC).isoformat()}
+            for m in models
         ]
         print(json.dumps(data, indent=2))
         return 0

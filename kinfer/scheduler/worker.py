@@ -235,7 +235,9 @@ class EngineWorker:
 def prepare_job(info: ModelInfo, tokenize: Callable[[str], list[int]], admission: Admission) -> PreparedJob:
     """Render the request with the model's template, tokenize it and fit the reply into one row."""
     request = admission.request
-    rendered = render_prompt(info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token)
+    rendered = render_prompt(
+        info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token, name=info.name
+    )
     tokens = tokenize(rendered.text)
     room = info.context_length - len(tokens)
     if room < 1:

@@ -137,7 +137,9 @@ class MessageAssembler:
             }
             index = len(self.content)
             self.content.append(block)
-            out.append({"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}})
+            out.append(
+                {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}}
+            )
             partial = json.dumps(event.call.arguments, ensure_ascii=False)
             out.append(
                 {
@@ -171,7 +173,11 @@ class MessageAssembler:
                 self._open["signature"] = ""
             self.content.append(self._open)
             out.append(
-                {"type": "content_block_start", "index": len(self.content) - 1, "content_block": dict(self._open)}
+                {
+                    "type": "content_block_start",
+                    "index": len(self.content) - 1,
+                    "content_block": dict(self._open),
+                }
             )
         self._open[kind] += text
         delta_type = "thinking_delta" if kind == "thinking" else "text_delta"
@@ -289,11 +295,16 @@ async def message_stream(
         elif isinstance(event, Done):
             for data in assembler.finish():
                 yield event_sse(data)
-            usage = usage_json(event.usage.prompt_tokens, event.usage.cached_tokens, event.usage.completion_tokens)
+            usage = usage_json(
+                event.usage.prompt_tokens, event.usage.cached_tokens, event.usage.completion_tokens
+            )
             yield event_sse(
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": assembler.stop_reason(event), "stop_sequence": assembler.matched_stop},
+                    "delta": {
+                        "stop_reason": assembler.stop_reason(event),
+                        "stop_sequence": assembler.matched_stop,
+                    },
                     "usage": usage,
                 }
             )

@@ -132,7 +132,7 @@ def tool_use_id(call_id: str) -> str:
 
 
 def system_text(system: str | list[SystemBlock] | None) -> str:
-    """The system prompt, without Claude Code's per-request `cch=` value (it would defeat the prefix cache)."""
+    """The system prompt without Claude Code's per-request `cch=` value (it would defeat the prefix cache)."""
     if system is None:
         return ""
     blocks = [system] if isinstance(system, str) else [b.text for b in system]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -234,6 +234,3 @@ def tool_json(tool: WireTool) -> dict[str, Any]:
         "parameters": tool.parameters or {"type": "object"},
         "strict": bool(tool.strict),
     }
-
-
-Status = Literal["completed", "incomplete", "failed", "in_progress"]

@@ -213,7 +213,7 @@ class Store:
         aliases = {k: v for k, v in self._read_aliases().items() if name_key(k) != name_key(alias)}
         aliases[alias] = target_name
         write_json_atomic(self.home / ALIASES_FILE, aliases)
-        logger.info("alias %s -> %s", alias, target_name)
+        logger.debug("alias %s -> %s", alias, target_name)
         return replace(target, name=alias, alias_of=target_name)
 
     def _drop_aliases(self, keep: Callable[[str, str], bool]) -> None:
@@ -250,7 +250,7 @@ class Store:
         self._drop_aliases(lambda _alias, target: name_key(target) != name_key(model.name))
         if (marked := self._read_default()) and name_key(marked) == name_key(model.name):
             (self.home / DEFAULT_FILE).unlink(missing_ok=True)
-        logger.info("removed %s", model.name)
+        logger.debug("removed %s", model.name)
         return model
 
     def _check_inside_models(self, entry: Path) -> None:
@@ -320,17 +320,22 @@ class Store:
         if target.exists() or target.is_symlink():
             self._check_replaceable(target, manifest)
             old = self.partial_dir / f".replaced-{target.name}-{uuid.uuid4().hex[:8]}"
-            target.rename(old)
+            try:
+                target.rename(old)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot install {manifest.name}: cannot move the old copy aside ({exc})"
+                ) from exc
         write_manifest(staging, manifest)
         try:
             staging.rename(target)
-        except OSError:
+        except OSError as exc:
             if old is not None:
                 old.rename(target)  # put the previous copy back
-            raise
+            raise StoreError(f"cannot install {manifest.name}: cannot move it into {target} ({exc})") from exc
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        logger.info("installed %s in %s", manifest.name, target)
+        logger.debug("installed %s in %s", manifest.name, target)
         return model_from_manifest(target, [])
 
     def _check_replaceable(self, target: Path, manifest: Manifest) -> None:

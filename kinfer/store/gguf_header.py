@@ -95,7 +95,7 @@ class TensorInfo:
     """One tensor's description in the header; the data itself is never read."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # ggml order (ne[]): innermost dimension first, the reverse of numpy's
     ggml_type: int
     offset: int
 
@@ -340,8 +340,9 @@ def read_gguf_header(
 ) -> GGUFHeader:
     """Read the header of a GGUF file (a path) or of a bytes prefix of one.
 
-    A file is memory-mapped, so only the header's pages are read from disk; a file that ends inside
-    its header is reported as a `GGUFFormatError` (it is truncated), a bytes prefix as `NeedMoreBytes`.
+    A file is memory-mapped, so only the header's pages are read from disk, and its tensor infos are
+    always read (`need_tensors` only matters for a prefix). A file that ends inside its header is a
+    `GGUFFormatError` (it is truncated); a bytes prefix that does raises `NeedMoreBytes`.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
         return parse_gguf_header(source, max_array=max_array, need_tensors=need_tensors)

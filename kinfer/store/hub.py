@@ -150,12 +150,20 @@ class HubClient:
         )
 
     def search_gguf(self, name: str, *, exclude: str | None = None) -> list[str]:
-        """Repo ids of GGUF conversions of `name` (a repo's short name), most downloaded first."""
+        """Repo ids of GGUF conversions of `name` (a repo's short name), most downloaded first.
+
+        Asks for "<name> GGUF" first (how conversions are named), then for `name` among repos with
+        the `gguf` tag, in case the Hub's search does not match every word.
+        """
         _check_online()
         try:
             with hub_errors(name, self.base_url):
-                found = self.api.list_models(search=f"{name} GGUF", sort="downloads", limit=SEARCH_LIMIT)
-                return [m.id for m in found if m.id != exclude]
+                for query in ({"search": f"{name} GGUF"}, {"search": name, "filter": "gguf"}):
+                    found = self.api.list_models(**query, sort="downloads", limit=SEARCH_LIMIT)
+                    ids = [m.id for m in found if m.id != exclude]
+                    if ids:
+                        return ids
+                return []
         except KinferError as exc:
             # suggestions are a courtesy: never let them hide the real answer
             logger.warning("could not search the hub for GGUF conversions of %s: %s", name, exc)

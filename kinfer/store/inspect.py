@@ -115,7 +115,8 @@ def _int(value: Any) -> int | None:
 
 
 def _files(model: StoredModel) -> tuple[ModelFile, ...]:
-    root = model.path if model.format == "mlx" else None
+    # paths inside the model's own folder (a pulled split GGUF may keep its shards in a subfolder)
+    root = model.folder or (model.path if model.format == "mlx" else None)
     out = []
     for f in model.files:
         try:

@@ -80,12 +80,12 @@ def collapse(events: list) -> list:
 
 def comparable(events: list) -> list:
     """Events with call ids blanked (ids are random), for comparing two runs."""
-    return [
-        ToolCallEvent(ToolCall("", e.call.name, e.call.arguments), e.index)
-        if isinstance(e, ToolCallEvent)
-        else e
-        for e in collapse(events)
-    ]
+    return [blank_id(e) if isinstance(e, ToolCallEvent) else e for e in collapse(events)]
+
+
+def blank_id(event: ToolCallEvent) -> ToolCallEvent:
+    """The same call with its (random) id blanked."""
+    return ToolCallEvent(ToolCall("", event.call.name, event.call.arguments), event.index)
 
 
 def feed_all(parser, chunks: list[str]) -> list:

@@ -241,20 +241,31 @@ def test_analyze_template_reads_think_support_and_tool_format(
 @pytest.mark.parametrize("file", sorted(TEMPLATE_FILES))
 def test_checkpoints_are_exact_prefixes_of_the_prompt(file: str, with_tools: bool) -> None:
     template = load_template(file)
-    rendered = render(template, request(tools=TOOLS if with_tools else ()))
+    tools = TOOLS if with_tools else ()
+    rendered = render(template, request(tools=tools))
+    first_turn = render(template, request(CONVERSATION[:2], tools=tools))
 
     assert rendered.checkpoints, "every template here keeps at least the system prompt"
     assert list(rendered.checkpoints) == sorted(set(rendered.checkpoints))
-    # each offset is where a truncated conversation (system only; all before the newest question)
-    # ends, and that truncated render is exactly the start of the prompt
-    truncated = {}
-    for cut in (1, len(CONVERSATION) - 1):
-        text = render_without_generation_prompt(template, CONVERSATION[:cut], with_tools)
-        if text is not None:
-            truncated[len(text)] = text
-    for offset in rendered.checkpoints:
-        assert 0 < offset < len(rendered.text)
-        assert rendered.text[:offset] == truncated[offset]
+    assert all(0 < offset < len(rendered.text) for offset in rendered.checkpoints)
+    # the first one covers the system prompt, and the first turn's prompt started the same way
+    system_end = rendered.checkpoints[0]
+    assert "terse assistant." in rendered.text[:system_end]
+    assert first_turn.text[:system_end] == rendered.text[:system_end]
+    # a later one is where the conversation before the newest question ends, rendered on its own
+    before_question = render_without_generation_prompt(template, CONVERSATION[:-1], with_tools)
+    for offset in rendered.checkpoints[1:]:
+        assert rendered.text[:offset] == before_question
+
+
+def test_a_template_that_refuses_a_system_only_render_is_probed(qwen35_template: str) -> None:
+    # Qwen3.5 raises "No user query found in messages." for the system prompt alone
+    assert render_without_generation_prompt(qwen35_template, CONVERSATION[:1], True) is None
+
+    rendered = render(qwen35_template, request(tools=TOOLS))
+
+    system_end = rendered.checkpoints[0]
+    assert rendered.text[:system_end].endswith("You are a terse assistant.<|im_end|>\n<|im_start|>user\n")
 
 
 def render_without_generation_prompt(template: str, messages, with_tools: bool) -> str | None:

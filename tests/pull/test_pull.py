@@ -5,7 +5,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -13,7 +17,7 @@ import pytest
 
 from kinfer.errors import ModelNotFound
 from kinfer.store.catalog import Store
-from kinfer.store.hub import GatedRepo, HubUnreachable
+from kinfer.store.hub import GatedRepo, HubClient, HubUnreachable
 from kinfer.store.progress import PullProgress
 from kinfer.store.pull import NotEnoughSpace, PullBusy, iter_pull, pull
 from kinfer.store.pull_plan import UnsupportedModel
@@ -69,7 +73,12 @@ def quant_repo(hub: HubServer, gguf_bytes) -> dict[str, bytes]:
     ],
 )
 def test_quant_selection_fetches_only_the_chosen_file(
-    hub: HubServer, store: Store, quant_repo: dict[str, bytes], ref: str, expected_file: str, expected_name: str
+    hub: HubServer,
+    store: Store,
+    quant_repo: dict[str, bytes],
+    ref: str,
+    expected_file: str,
+    expected_name: str,
 ) -> None:
     model = pull(store, ref)
 
@@ -181,6 +190,38 @@ def test_one_pull_reconnects_by_itself_after_a_dropped_connection(
     assert model.path.read_bytes() == data
 
 
+def test_a_pull_killed_with_sigkill_is_resumed_by_the_next_one(
+    hub: HubServer, store: Store, gguf_bytes, tmp_path: Path
+) -> None:
+    data = gguf_bytes("F32", n_vocab=RESUMABLE_VOCAB)
+    hub.repos["o/Killed-GGUF"] = FakeRepo({"m-Q4_K_M.gguf": data})
+    hub.throttle(len(data) / 4)  # about 4 s for the whole file: time to kill it part way
+    script = (
+        "from kinfer.store.catalog import Store\n"
+        "from kinfer.store.pull import pull\n"
+        f"pull(Store({str(store.home)!r}, ollama_models=None, bundled=False), 'o/Killed-GGUF')\n"
+    )
+    env = {**os.environ, "HF_TOKEN_PATH": str(tmp_path / "no-token")}
+    child = subprocess.Popen([sys.executable, "-c", script], env=env)
+    part = store.partial_dir / store.slug_for("hf.co/o/Killed-GGUF:q4_k_m") / "m-Q4_K_M.gguf.part"
+    deadline = time.monotonic() + 60
+    while not (part.is_file() and part.stat().st_size > 0):
+        assert child.poll() is None, "the pull ended before it could be killed"
+        assert time.monotonic() < deadline, "the pull never started writing"
+        time.sleep(0.02)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    hub.throttle(None)
+    kept = part.stat().st_size
+    assert names(store) == []
+
+    model = pull(store, "o/Killed-GGUF")  # the dead pull's lock went with its process
+
+    last = hub.downloads("m-Q4_K_M.gguf")[-1]
+    assert last.range == f"bytes={kept}-" and last.body_bytes == len(data) - kept
+    assert model.path.read_bytes() == data
+
+
 def test_a_cancelled_pull_keeps_its_partial_file_and_the_next_one_resumes(
     hub: HubServer, store: Store, gguf_bytes
 ) -> None:
@@ -195,7 +236,6 @@ def test_a_cancelled_pull_keeps_its_partial_file_and_the_next_one_resumes(
     with pytest.raises(PullCancelled):
         pull(store, "o/Slow-GGUF", on_progress=cancel_once_bytes_arrive, cancel=cancel)
     assert names(store) == []
-    assert not any(store.models_dir.glob("*")) if store.models_dir.exists() else True
 
     events: list[PullProgress] = []
     model = pull(store, "o/Slow-GGUF", on_progress=events.append)
@@ -262,7 +302,7 @@ def test_a_safetensors_repo_mlx_cannot_serve_suggests_gguf_conversions(
 def test_a_pull_that_will_not_fit_on_disk_is_refused_before_downloading(
     hub: HubServer, store: Store, quant_repo
 ) -> None:
-    with pytest.raises(NotEnoughSpace, match="not enough disk space for hf.co/bartowski/Tiny-GGUF:q4_k_m"):
+    with pytest.raises(NotEnoughSpace, match=r"not enough disk space for hf\.co/bartowski/Tiny-GGUF:q4_k_m"):
         pull(store, "bartowski/Tiny-GGUF", free_space=lambda _path: 100 * 1024 * 1024)
     assert fetched(hub) == set()
     assert names(store) == []
@@ -313,7 +353,9 @@ def test_iter_pull_raises_what_the_pull_raised(hub: HubServer, store: Store) -> 
         list(iter_pull(store, "nobody/nothing"))
 
 
-def test_pulling_what_is_already_installed_downloads_nothing(hub: HubServer, store: Store, quant_repo) -> None:
+def test_pulling_what_is_already_installed_downloads_nothing(
+    hub: HubServer, store: Store, quant_repo
+) -> None:
     first = pull(store, "bartowski/Tiny-GGUF")
     before = len(hub.downloads(".gguf"))
     again = pull(store, "bartowski/Tiny-GGUF")
@@ -350,7 +392,7 @@ def test_a_pull_that_may_not_wait_for_another_is_refused(hub: HubServer, store: 
     fd = os.open(store.partial_dir / f"{slug}.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # what another kinfer process pulling it would hold
-        with pytest.raises(PullBusy, match="another pull of hf.co/bartowski/Tiny-GGUF:q4_k_m"):
+        with pytest.raises(PullBusy, match=r"another pull of hf\.co/bartowski/Tiny-GGUF:q4_k_m"):
             pull(store, "bartowski/Tiny-GGUF", wait=False)
     finally:
         os.close(fd)
@@ -365,9 +407,19 @@ def test_offline_mode_is_reported(hub: HubServer, store: Store, monkeypatch: pyt
         pull(store, "bartowski/Tiny-GGUF")
 
 
-def test_an_unreachable_hub_is_reported(store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_unreachable_hub_is_reported(
+    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     with HubServer() as gone:
         gone.patch_env(monkeypatch, token_dir=str(tmp_path))
     # the server has stopped: nothing listens at HF_ENDPOINT any more
     with pytest.raises(HubUnreachable, match="cannot reach the hub"):
         pull(store, "o/r")
+
+
+def test_gguf_suggestions_fall_back_to_the_gguf_tag(hub: HubServer, gguf_bytes) -> None:
+    hub.repos["google/tiny-bert"] = FakeRepo(mlx_repo_files({"model_type": "bert"}))
+    hub.repos["someone/tiny-bert-quantized"] = FakeRepo({"tiny-bert-Q4_K_M.gguf": gguf_bytes()})
+    hub.repos["someone/tiny-bert-onnx"] = FakeRepo({"model.onnx": b"\0"})
+
+    assert HubClient().search_gguf("tiny-bert", exclude="google/tiny-bert") == ["someone/tiny-bert-quantized"]

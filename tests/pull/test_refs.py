@@ -34,7 +34,7 @@ def test_accepted_references(text: str, expected: HubRef) -> None:
 
 @pytest.mark.parametrize("text", ["repo", "a/b/c", "../etc/passwd", "owner/", "https://huggingface.co/owner"])
 def test_malformed_references_are_refused_with_the_accepted_forms(text: str) -> None:
-    with pytest.raises(InvalidRequest, match="owner/repo|resolve"):
+    with pytest.raises(InvalidRequest, match=r"owner/repo|resolve"):
         parse_ref(text)
 
 

@@ -158,3 +158,14 @@ def test_an_unreadable_model_is_a_store_error(store: Store) -> None:
 )
 def test_human_number(n: int, label: str) -> None:
     assert human_number(n) == label
+
+
+def test_a_pulled_split_gguf_in_a_subfolder(store: Store) -> None:
+    install_folder(store, "hf.co/o/r:f32", "gguf", lambda f: write_tiny_gguf(f / "F32" / "r.gguf", split=2))
+    model = store.resolve("hf.co/o/r")
+
+    details = describe(model)
+
+    assert model.path.relative_to(model.folder) == Path("F32/r-00001-of-00002.gguf")
+    assert details.parameters == tiny_gguf_parameter_count()
+    assert [f.path for f in details.files] == ["F32/r-00001-of-00002.gguf", "F32/r-00002-of-00002.gguf"]

@@ -1,0 +1,169 @@
+"""The concurrency sweep: for each level, N requests with at most C in flight, then a summary.
+
+Before the first level the prompt size is calibrated with the server's own usage (two non-streaming
+1-token requests) and one short streaming request warms the path (model load, JIT), so no level pays
+for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from kinfer.bench.clients import ChatMessages, Target, count_prompt_tokens, stream_chat
+from kinfer.bench.memory import MemoryProbe
+from kinfer.bench.prompts import PromptSizer, fit_sizer, prompt_text
+from kinfer.bench.stats import LevelSummary, summarize_level
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = (1, 4, 16, 64)
+DEFAULT_PROMPT_TOKENS = 128
+DEFAULT_MAX_TOKENS = 128
+DEFAULT_TIMEOUT_S = 600.0
+CALIBRATION_WORDS = 8  # the small calibration prompt; the large one is the level's own size
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What every level of a sweep sends."""
+
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    requests_per_level: int | None = None  # None: one request per concurrent stream
+    temperature: float = 0.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    calibrate: bool = True
+
+    def requests_for(self, concurrency: int) -> int:
+        """At least one round: every concurrent stream sends at least one request."""
+        return max(concurrency, self.requests_per_level or concurrency)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One target's sweep: who was measured, with what, and each level's summary."""
+
+    target: Target
+    config: SweepConfig
+    sizer: PromptSizer
+    levels: tuple[LevelSummary, ...]
+    started_at: str  # ISO 8601, UTC
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class PromptFactory:
+    """Unique prompts of about `tokens` tokens: a fresh seed for every request of the run."""
+
+    sizer: PromptSizer
+    seeds: Iterator[int] = field(default_factory=lambda: itertools.count(random.randrange(10**6) * 1000))
+
+    def make(self, tokens: int) -> tuple[list[dict[str, str]], int]:
+        """(messages, the prompt tokens the sizer expects)."""
+        words = self.sizer.words_for(tokens)
+        return [{"role": "user", "content": prompt_text(words, next(self.seeds))}], self.sizer.estimate(words)
+
+
+def make_client(max_streams: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> httpx.AsyncClient:
+    """A client with a connection for every concurrent stream plus the memory probe."""
+    limits = httpx.Limits(max_connections=max_streams + 8, max_keepalive_connections=max_streams + 8)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=30.0))
+
+
+async def calibrate(
+    client: httpx.AsyncClient, target: Target, tokens: int, seeds: Iterator[int]
+) -> PromptSizer:
+    """Fit tokens-per-word and the template overhead from the server's usage at two prompt sizes.
+
+    The seeds come from the run's own counter so the "Note N:" tag has the same size as in the run.
+    """
+    base = PromptSizer()
+    samples = []
+    for words in (CALIBRATION_WORDS, max(base.words_for(tokens), CALIBRATION_WORDS * 8)):
+        messages = [{"role": "user", "content": prompt_text(words, next(seeds))}]
+        samples.append((words, await count_prompt_tokens(client, target, messages)))
+    sizer = fit_sizer(samples)
+    log.info(
+        "%s: %.2f tokens per word, %.0f tokens of template",
+        target.label,
+        sizer.tokens_per_word,
+        sizer.overhead,
+    )
+    return sizer
+
+
+async def run_level(
+    client: httpx.AsyncClient,
+    target: Target,
+    prompts: Sequence[tuple[ChatMessages, int]],
+    *,
+    concurrency: int,
+    max_tokens: int,
+    temperature: float = 0.0,
+) -> LevelSummary:
+    """Send every prompt with at most `concurrency` in flight; summarize when all are done."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(messages: ChatMessages, estimate: int):
+        async with gate:
+            return await stream_chat(
+                client, target, messages, max_tokens, temperature=temperature, prompt_estimate=estimate
+            )
+
+    async with MemoryProbe(client, target) as probe:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(m, e) for m, e in prompts))
+        wall = time.perf_counter() - start
+    return summarize_level(concurrency, results, max_tokens=max_tokens, wall_s=wall, memory=probe.peak())
+
+
+async def run_sweep(
+    target: Target,
+    config: SweepConfig,
+    *,
+    on_level: Callable[[LevelSummary], None] | None = None,
+) -> SweepRun:
+    """Calibrate, warm up, then run every level of `config.concurrency` in order."""
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    async with make_client(max(config.concurrency), config.timeout_s) as client:
+        notes: list[str] = []
+        seeds = itertools.count(random.randrange(10**6) * 1000)
+        sizer = PromptSizer()
+        if config.calibrate:
+            try:
+                sizer = await calibrate(client, target, config.prompt_tokens, seeds)
+            except (httpx.HTTPError, RuntimeError, KeyError, ValueError) as exc:
+                notes.append(f"prompt size not calibrated ({exc}); used {sizer.tokens_per_word} tokens/word")
+                log.warning("%s: %s", target.label, notes[-1])
+        factory = PromptFactory(sizer, seeds)
+        warm = await stream_chat(client, target, factory.make(config.prompt_tokens)[0], WARMUP_TOKENS)
+        if not warm.ok:
+            notes.append(f"warm-up request failed: {warm.error}")
+            log.warning("%s: %s", target.label, notes[-1])
+        elif warm.usage_source != "usage":
+            notes.append("the server streams no usage: completion tokens counted from chunks")
+        levels = []
+        for concurrency in config.concurrency:
+            prompts = [factory.make(config.prompt_tokens) for _ in range(config.requests_for(concurrency))]
+            summary = await run_level(
+                client,
+                target,
+                prompts,
+                concurrency=concurrency,
+                max_tokens=config.max_tokens,
+                temperature=config.temperature,
+            )
+            levels.append(summary)
+            if on_level is not None:
+                on_level(summary)
+    return SweepRun(target, config, sizer, tuple(levels), started_at, tuple(notes))

@@ -1,0 +1,58 @@
+"""One line per finished request (time, dialect, prompt+generated tokens, finish, duration, model),
+and the server's log messages."""
+
+from __future__ import annotations
+
+import logging
+
+from rich.text import Text
+from textual.widgets import RichLog
+
+from kinfer.tui import format as fmt
+from kinfer.tui.log_capture import LogLine
+from kinfer.tui.sample import LogEntry
+
+MAX_LINES = 1000
+FINISH_STYLES = {"stop": "green", "length": "yellow", "tool_calls": "cyan", "cancelled": "dim"}
+
+
+def entry_line(entry: LogEntry) -> Text:
+    line = Text(no_wrap=True, overflow="ellipsis")
+    # the model goes last: it is the longest field and, with one model loaded, the least telling
+    line.append(fmt.clock(entry.finished_at), style="dim")
+    line.append(f" {entry.dialect:<9}")
+    line.append(f" {fmt.tokens(entry.prompt_tokens) + '+' + fmt.tokens(entry.generated):>7}")
+    line.append(f" {entry.finish:<6}", style=FINISH_STYLES.get(entry.finish, "bold red"))
+    line.append(f" {fmt.seconds(entry.duration):>5}", style="dim")
+    line.append(f" {entry.model}", style="bold")
+    return line
+
+
+def log_line(record: LogLine) -> Text:
+    style = "bold red" if record.level >= logging.ERROR else "yellow" if record.level >= logging.WARNING else "dim"
+    return Text.assemble((fmt.clock(record.created), "dim"), " ", (record.text, style), no_wrap=True)
+
+
+class RequestLog(RichLog):
+    """Appends only; the newest line is at the bottom. Written once per tick, never per token."""
+
+    DEFAULT_CSS = """
+    RequestLog {
+        height: 1fr;
+        scrollbar-size-vertical: 1;
+    }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_lines=MAX_LINES, wrap=False, markup=False, auto_scroll=True, **kwargs)
+        self.entries: list[LogEntry] = []  # what was logged, for tests and `kinfer ps`-like reading
+
+    def add_entries(self, entries: tuple[LogEntry, ...] | list[LogEntry]) -> None:
+        for entry in entries:
+            self.write(entry_line(entry))
+        self.entries.extend(entries)
+        del self.entries[:-MAX_LINES]
+
+    def add_log_lines(self, lines: list[LogLine]) -> None:
+        for record in lines:
+            self.write(log_line(record))

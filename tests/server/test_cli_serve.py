@@ -1,0 +1,86 @@
+"""`kinfer --headless`, `kinfer ps` and `kinfer run` as a user runs them: real processes, real model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kinfer(*args: str, home: Path, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KINFER_HOME": str(home), "OLLAMA_MODELS": str(home / "no-ollama")}
+    return subprocess.run([sys.executable, "-m", "kinfer", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def wait_for(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError(f"no server at {url}")
+
+
+@pytest.fixture
+def headless(tmp_path: Path):
+    port = free_port()
+    env = {**os.environ, "KINFER_HOME": str(tmp_path), "OLLAMA_MODELS": str(tmp_path / "no-ollama")}
+    process = subprocess.Popen([sys.executable, "-m", "kinfer", "--headless", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url)
+        yield url, port, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+
+def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
+    url, port, process = headless
+    assert kinfer("ps", "--port", str(port), home=tmp_path).stdout.strip() == "no model loaded"
+    reply = kinfer("run", "smollm2", "What is the capital of France?", "--port", str(port), home=tmp_path)
+    assert reply.returncode == 0, reply.stderr
+    assert reply.stdout.strip()
+    listed = kinfer("ps", "--port", str(port), home=tmp_path)
+    assert "smollm2:135m" in listed.stdout
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    output = process.stdout.read()
+    assert f"kinfer listening on http://127.0.0.1:{port}" in output
+    assert "default model: smollm2:135m (bundled)" in output
+
+
+def test_run_starts_a_server_when_none_answers(tmp_path: Path):
+    port = free_port()
+    reply = kinfer("run", "smollm2", "Say hi.", "--port", str(port), home=tmp_path)
+    assert reply.returncode == 0, reply.stderr
+    assert "starting kinfer" in reply.stderr
+    assert reply.stdout.strip()
+    with pytest.raises(httpx.HTTPError):  # the server it started for the one-shot is gone again
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_run_and_ps_fail_clearly(tmp_path: Path):
+    port = free_port()
+    missing = kinfer("run", "no-such-model", "hi", "--port", str(port), home=tmp_path)
+    assert missing.returncode == 1 and "no-such-model" in missing.stderr
+    nobody = kinfer("ps", "--port", str(port), home=tmp_path)
+    assert nobody.returncode == 1 and "no server answers" in nobody.stderr
