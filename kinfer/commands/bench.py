@@ -92,6 +92,8 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
 def run_bench(args: argparse.Namespace, settings: Settings) -> int:
     from kinfer.bench import report
 
+    # one line per request and per memory sample would bury the progress lines
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.url and args.peer:
         print("kinfer bench: give --url or --peer, not both", file=sys.stderr)
         return 2

@@ -100,7 +100,7 @@ class MlxEngine:
         self._pool = (
             PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent)) if prefix_cache else None
         )
-        self._batch = StepBatch(self.plan.rows, self.plan.ctx, tok.vocab_size, self._model_vocab())
+        self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
         self._grow(self.plan.initial_blocks)
         self._history: mx.array | None = None  # [rows, PENALTY_WINDOW_MAX] recent tokens, when penalties are used
         self._rows: dict[str, Row] = {}
@@ -151,7 +151,7 @@ class MlxEngine:
         except ValueError:
             raise Busy("no free row", retry_after=1.0) from None
         self._order += 1
-        row = Row(slot, job, self._order, self._tokenizer)
+        row = Row(slot, job, self._order, self.plan.ctx, self._tokenizer.piece)
         self._slots[slot] = row
         self._rows[job.job_id] = row
         for layer in self._layers:
@@ -230,8 +230,8 @@ class MlxEngine:
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
         tokens = self._decode(decoding) if decoding else None
         processed = len(decoding)
-        for group in self._plan_prefill(filling):
-            processed += self._prefill(group)
+        for length, group in self._plan_prefill(filling):
+            processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
         if tokens is None and processed == 0:
@@ -251,7 +251,7 @@ class MlxEngine:
         for row in rows:
             self._ensure_blocks(row, row.fed + 1)
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
-        inputs = batch.inputs(rows, plan)
+        inputs = batch.inputs(rows)
         logits = self._model(inputs[:, None], cache=self._views(layout, plan.state_rows))[:, -1, :]
         history = None
         if plan.sampling.penalties and self._history is not None:
@@ -267,7 +267,7 @@ class MlxEngine:
         batch.dispatched(rows, tokens)
         return tokens
 
-    def _plan_prefill(self, rows: list[Row]) -> list[list[Row]]:
+    def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
         """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
         budget = self.plan.prefill_chunk
         groups: dict[int, list[Row]] = {}
@@ -277,12 +277,9 @@ class MlxEngine:
             length = min(row.next_chunk(), budget)
             budget -= length
             groups.setdefault(length, []).append(row)
-        return list(groups.values())
+        return list(groups.items())
 
-    def _prefill(self, rows: list[Row]) -> int:
-        length = rows[0].next_chunk_capped(self.plan.prefill_chunk)
-        length = min(r.next_chunk() for r in rows) if length is None else length
-        length = min([length, *(r.next_chunk() for r in rows)])
+    def _prefill(self, rows: list[Row], length: int) -> int:
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
         slots = np.array([r.slot for r in rows])
@@ -306,7 +303,7 @@ class MlxEngine:
             if row.done:
                 continue  # finished or cancelled after this step was dispatched
             self._counts["generated"] += 1
-            update = row.accept(token, self._eos, self.plan.ctx)
+            update = row.accept(token, self._eos)
             updates.append(update)
             if update.finish is not None:
                 self._release(row, save=True)

@@ -587,13 +587,7 @@ async def pull() -> Response:
     cancel = threading.Event()
 
     def on_progress(progress: Any) -> None:
-        line: dict[str, Any] = {"status": progress.status}
-        if getattr(progress, "digest", None):
-            line["digest"] = progress.digest
-        if getattr(progress, "total", None):
-            line["total"] = progress.total
-            line["completed"] = progress.completed or 0
-        loop.call_soon_threadsafe(queue.put_nowait, line)
+        loop.call_soon_threadsafe(queue.put_nowait, progress.ollama_status())
 
     def run() -> None:
         try:

@@ -101,8 +101,10 @@ def sample_from_dict(data: dict[str, Any]) -> DashboardSample:
 
 
 def save_recording(samples: Sequence[DashboardSample], path: Path) -> None:
-    document = {"version": RECORDING_VERSION, "samples": [sample_to_dict(s) for s in samples]}
-    Path(path).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    """JSON with one sample per line, so a re-recorded file diffs line by line."""
+    lines = ",\n".join(json.dumps(sample_to_dict(s), separators=(",", ":")) for s in samples)
+    text = f'{{"version": {RECORDING_VERSION}, "samples": [\n{lines}\n]}}\n'
+    Path(path).write_text(text, encoding="utf-8")
 
 
 def load_recording(path: Path) -> list[DashboardSample]:

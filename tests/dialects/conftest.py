@@ -94,11 +94,12 @@ def scripted(kinfer_home: Path):
 
 
 def weather_then_answer(call: str, *, thinking: str = "") -> Callable[[str], str]:
-    """A model that calls get_weather, then answers once the tool's result is in the prompt."""
+    """A model that calls get_weather, then answers once the tool's result is in the prompt;
+    `thinking` comes first both times."""
 
     def reply(prompt: str) -> str:
         if WEATHER_REPORT in prompt:
-            return FINAL_ANSWER
+            return thinking + FINAL_ANSWER
         return thinking + call
 
     return reply

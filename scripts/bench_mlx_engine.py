@@ -1,0 +1,254 @@
+"""Aggregate decode speed of kinfer's MLX engine vs mlx-lm's BatchGenerator, on the same random weights.
+
+    python scripts/bench_mlx_engine.py                       # qwen3-0.6b and qwen3.5-0.8b shapes, 1/4/16/64 rows
+    python scripts/bench_mlx_engine.py --tiny                # seconds on a CPU: a smoke test of the script
+    python scripts/bench_mlx_engine.py --sizes qwen3-0.6b --rows 64 --tokens 256 --json out.json
+
+Random bf16 weights in the real models' shapes (tok/s does not depend on the values), a word-level
+tokenizer over the whole vocabulary, 128-token prompts (different per row), 256 tokens per reply with
+EOS ignored. Decode tok/s counts the tokens generated once every row is generating, over that window.
+Peak memory is MLX's peak for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kinfer.engines import mlx_blas  # noqa: E402,F401  (before mlx)
+
+import mlx.core as mx  # noqa: E402
+
+SHAPES = {
+    # numbers from the models' config.json
+    "qwen3-0.6b": {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "num_hidden_layers": 28,
+        "intermediate_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": True,
+    },
+    "qwen3.5-0.8b": {
+        "model_type": "qwen3_5",
+        "tie_word_embeddings": True,
+        "text_config": {
+            "model_type": "qwen3_5_text",
+            "hidden_size": 1024,
+            "num_hidden_layers": 24,
+            "intermediate_size": 3584,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 2,
+            "head_dim": 256,
+            "rms_norm_eps": 1e-6,
+            "vocab_size": 248320,
+            "max_position_embeddings": 262144,
+            "full_attention_interval": 4,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 16,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "tie_word_embeddings": True,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [11, 11, 10],
+            },
+        },
+    },
+}
+TINY = {
+    "qwen3-0.6b": {**SHAPES["qwen3-0.6b"], "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512},
+    "qwen3.5-0.8b": {**SHAPES["qwen3.5-0.8b"], "text_config": {
+        **SHAPES["qwen3.5-0.8b"]["text_config"], "hidden_size": 64, "num_hidden_layers": 4,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": 512, "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16}},
+}
+
+
+def build_model_dir(out: Path, config: dict, dtype: str) -> Path:
+    """Random weights in `config`'s shape saved as a Hugging Face directory with a word-level tokenizer."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import _get_classes
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    out.mkdir(parents=True, exist_ok=True)
+    model_class, args_class = _get_classes(config)
+    mx.random.seed(0)
+    model = model_class(args_class.from_dict(config))
+    target = getattr(mx, dtype)
+    weights = {k: (v if k.endswith("A_log") else v.astype(target)) for k, v in tree_flatten(model.parameters())}
+    mx.eval(weights)
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    del model, weights
+    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": dtype}))
+    vocab = config.get("text_config", config)["vocab_size"]
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    return out
+
+
+def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(length)] for _ in range(rows)]
+
+
+def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int) -> dict:
+    from kinfer.engines.base import GenerationJob
+    from kinfer.engines.mlx import MlxEngine
+    from kinfer.protocol import Sampling
+
+    rows = len(prompts)
+    ctx = len(prompts[0]) + tokens + 8
+    engine = MlxEngine(path, name="bench", rows=rows, ctx=ctx, prefix_cache=False, prefill_chunk=2048)
+
+    def run(max_tokens: int) -> tuple[float, int]:
+        for i, p in enumerate(prompts):
+            engine.submit(
+                GenerationJob(f"r{i}", tuple(p), Sampling(temperature=0.0), max_tokens=max_tokens, ignore_eos=True)
+            )
+        started: set[str] = set()
+        t0, counted = None, 0
+        while engine.has_work:
+            for u in engine.step():
+                if u.new_tokens:
+                    if t0 is not None:
+                        counted += u.new_tokens
+                    started.add(u.job_id)
+            if t0 is None and len(started) == rows:
+                t0 = time.perf_counter()
+        return time.perf_counter() - (t0 or time.perf_counter()), counted
+
+    run(8)  # warm-up: kernels compiled, pools allocated
+    mx.reset_peak_memory()
+    seconds, counted = run(tokens)
+    peak = mx.get_peak_memory()
+    engine.close()
+    return {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak}
+
+
+def bench_mlx_lm(path: Path, prompts: list[list[int]], tokens: int) -> dict:
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(path)
+    rows = len(prompts)
+
+    def run(max_tokens: int) -> tuple[float, int]:
+        gen = BatchGenerator(
+            model,
+            max_tokens=max_tokens,
+            completion_batch_size=rows,
+            prefill_batch_size=min(rows, 16),
+            prefill_step_size=2048,
+        )
+        gen.insert(prompts, max_tokens=[max_tokens] * rows)
+        started: set[int] = set()
+        t0, counted, done = None, 0, 0
+        while done < rows:
+            responses = gen.next_generated()
+            if not responses:
+                break
+            for r in responses:
+                if t0 is not None:
+                    counted += 1
+                started.add(r.uid)
+                done += r.finish_reason is not None
+            if t0 is None and len(started) == rows:
+                t0 = time.perf_counter()
+        seconds = time.perf_counter() - (t0 or time.perf_counter())
+        gen.close()
+        return seconds, counted
+
+    run(8)
+    mx.reset_peak_memory()
+    seconds, counted = run(tokens)
+    peak = mx.get_peak_memory()
+    del model
+    mx.clear_cache()
+    return {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="qwen3-0.6b,qwen3.5-0.8b", help="comma separated: " + ",".join(SHAPES))
+    parser.add_argument("--rows", default="1,4,16,64", help="comma separated row counts")
+    parser.add_argument("--tokens", type=int, default=256, help="tokens generated per row")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per row")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    parser.add_argument("--engines", default="kinfer,mlx-lm", help="which to run: kinfer, mlx-lm")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test")
+    parser.add_argument("--workdir", type=Path, help="keep the model directories here (default: a temp dir)")
+    args = parser.parse_args()
+
+    shapes = TINY if args.tiny else SHAPES
+    if args.tiny:
+        args.rows = "1,4" if args.rows == "1,4,16,64" else args.rows
+        args.tokens = min(args.tokens, 16)
+        args.prompt = min(args.prompt, 16)
+    sizes = [s for s in args.sizes.split(",") if s]
+    row_counts = [int(r) for r in args.rows.split(",") if r]
+    engines = [e for e in args.engines.split(",") if e]
+    results = {"device": str(mx.default_device()), "dtype": args.dtype, "prompt": args.prompt,
+               "tokens": args.tokens, "runs": []}
+    print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kinfer-bench-")))
+        for size in sizes:
+            config = shapes[size]
+            path = build_model_dir(workdir / size, config, args.dtype)
+            vocab = config.get("text_config", config)["vocab_size"]
+            for rows in row_counts:
+                prompts = make_prompts(rows, args.prompt, vocab)
+                row = {"size": size, "rows": rows}
+                for engine in engines:
+                    bench = bench_kinfer if engine == "kinfer" else bench_mlx_lm
+                    row[engine] = bench(path, prompts, args.tokens)
+                results["runs"].append(row)
+                cells = "  ".join(
+                    f"{e} {row[e]['tok_s']:8.1f} tok/s (peak {row[e]['peak_bytes'] / 2**30:.2f} GiB)" for e in engines
+                )
+                ratio = ""
+                if "kinfer" in row and "mlx-lm" in row and row["mlx-lm"]["tok_s"]:
+                    ratio = f"  x{row['kinfer']['tok_s'] / row['mlx-lm']['tok_s']:.2f}"
+                print(f"{size:14s} rows {rows:3d}  {cells}{ratio}", flush=True)
+    print()
+    print("| model | rows | " + " | ".join(f"{e} tok/s" for e in engines) + " | kinfer / mlx-lm |")
+    print("|---|---|" + "---|" * len(engines) + "---|")
+    for row in results["runs"]:
+        ratio = (
+            f"{row['kinfer']['tok_s'] / row['mlx-lm']['tok_s']:.2f}"
+            if "kinfer" in row and "mlx-lm" in row and row["mlx-lm"]["tok_s"]
+            else ""
+        )
+        cells = " | ".join(f"{row[e]['tok_s']:.1f}" for e in engines)
+        print(f"| {row['size']} | {row['rows']} | {cells} | {ratio} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
