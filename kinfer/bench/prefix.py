@@ -83,7 +83,7 @@ async def run_prefix(target: Target, config: PrefixConfig) -> PrefixRun:
     notes: list[str] = []
     async with make_client(2, config.timeout_s) as client:
         try:
-            sizer = await calibrate(client, target, config.turn_tokens * 4, seeds)
+            sizer = await calibrate(client, target, seeds)
         except (httpx.HTTPError, RuntimeError, KeyError, ValueError) as exc:
             sizer = PromptSizer()
             notes.append(f"prompt size not calibrated ({exc})")

@@ -28,7 +28,7 @@ DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_PROMPT_TOKENS = 128
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_TIMEOUT_S = 600.0
-CALIBRATION_WORDS = 8  # the small calibration prompt; the large one is the level's own size
+CALIBRATION_WORDS = (8, 40)  # two small prompts: the line through them sizes every prompt
 WARMUP_TOKENS = 8
 
 
@@ -80,24 +80,25 @@ def make_client(max_streams: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> httpx
     return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=30.0))
 
 
-async def calibrate(
-    client: httpx.AsyncClient, target: Target, tokens: int, seeds: Iterator[int]
-) -> PromptSizer:
-    """Fit tokens-per-word and the template overhead from the server's usage at two prompt sizes.
+async def calibrate(client: httpx.AsyncClient, target: Target, seeds: Iterator[int]) -> PromptSizer:
+    """Fit tokens-per-word and the template overhead from the server's usage at two small sizes.
 
-    The seeds come from the run's own counter so the "Note N:" tag has the same size as in the run.
+    Small, so that a tokenizer with many tokens per word (byte-level) still fits a short context; the
+    seeds come from the run's own counter so the "Note N:" tag has the same size as in the run.
     """
-    base = PromptSizer()
     samples = []
-    for words in (CALIBRATION_WORDS, max(base.words_for(tokens), CALIBRATION_WORDS * 8)):
-        messages = [{"role": "user", "content": prompt_text(words, next(seeds))}]
-        samples.append((words, await count_prompt_tokens(client, target, messages)))
+    for words in CALIBRATION_WORDS:
+        for attempt in range(2):  # one retry: some servers fail a request now and then
+            messages = [{"role": "user", "content": prompt_text(words, next(seeds))}]
+            try:
+                samples.append((words, await count_prompt_tokens(client, target, messages)))
+                break
+            except (httpx.HTTPError, RuntimeError, KeyError, ValueError):
+                if attempt:
+                    raise
     sizer = fit_sizer(samples)
     log.info(
-        "%s: %.2f tokens per word, %.0f tokens of template",
-        target.label,
-        sizer.tokens_per_word,
-        sizer.overhead,
+        "%s: %.2f tokens/word, %.0f tokens of template", target.label, sizer.tokens_per_word, sizer.overhead
     )
     return sizer
 
@@ -132,18 +133,25 @@ async def run_sweep(
     config: SweepConfig,
     *,
     on_level: Callable[[LevelSummary], None] | None = None,
+    fallback_sizer: PromptSizer | None = None,
 ) -> SweepRun:
-    """Calibrate, warm up, then run every level of `config.concurrency` in order."""
+    """Calibrate, warm up, then run every level of `config.concurrency` in order.
+
+    `fallback_sizer` (e.g. another server's calibration on the same tokenizer) is used when this
+    server cannot be calibrated."""
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     async with make_client(max(config.concurrency), config.timeout_s) as client:
         notes: list[str] = []
         seeds = itertools.count(random.randrange(10**6) * 1000)
-        sizer = PromptSizer()
+        sizer = fallback_sizer or PromptSizer()
         if config.calibrate:
             try:
-                sizer = await calibrate(client, target, config.prompt_tokens, seeds)
+                sizer = await calibrate(client, target, seeds)
             except (httpx.HTTPError, RuntimeError, KeyError, ValueError) as exc:
-                notes.append(f"prompt size not calibrated ({exc}); used {sizer.tokens_per_word} tokens/word")
+                how = "another server's calibration" if fallback_sizer else "the default"
+                notes.append(
+                    f"prompt size not calibrated ({exc}); used {how}: {sizer.tokens_per_word:.2f} tokens/word"
+                )
                 log.warning("%s: %s", target.label, notes[-1])
         factory = PromptFactory(sizer, seeds)
         warm = await stream_chat(client, target, factory.make(config.prompt_tokens)[0], WARMUP_TOKENS)

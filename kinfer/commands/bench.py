@@ -114,11 +114,41 @@ def run_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     _print_runs(runs, markdown=args.markdown)
     if args.json_path:
-        command = shlex.join(["kinfer", *sys.argv[1:]])
+        command = command_line(args, settings)
         args.json_path.write_text(json.dumps(report.report_json(runs, command=command), indent=2) + "\n")
         print(f"wrote {args.json_path}", file=sys.stderr)
     failed = any(level.ok == 0 for run in runs for level in getattr(run, "levels", ()))
     return 1 if failed else 0
+
+
+def command_line(args: argparse.Namespace, settings: Settings) -> str:
+    """The run's settings as one canonical `kinfer bench ...` line (for the JSON and the docs)."""
+    parts = ["kinfer", "bench"]
+    for flag, value in (
+        ("--url", args.url),
+        ("--model", settings.model),
+        ("--weights", args.weights),
+        ("--parallel", settings.parallel or None),
+        ("--ctx", settings.ctx or None),
+        ("--threads", settings.threads or None),
+        ("--scenario", args.scenario),
+        ("--dialect", args.dialect),
+    ):
+        if value is not None:
+            parts += [flag, str(value)]
+    for kind in args.peer or ():
+        parts += ["--peer", kind]
+    if args.scenario == "prefix":
+        parts += ["--system-tokens", str(args.system_tokens), "--turn-tokens", str(args.turn_tokens)]
+    else:
+        parts += ["--concurrency", ",".join(map(str, args.concurrency))]
+        parts += ["--prompt-tokens", str(args.prompt_tokens)]
+        if args.requests_per_level:
+            parts += ["--requests-per-level", str(args.requests_per_level)]
+    parts += ["--max-tokens", str(_max_tokens(args))]
+    if args.no_ignore_eos:
+        parts.append("--no-ignore-eos")
+    return shlex.join(parts)
 
 
 def _url_target(args: argparse.Namespace, settings: Settings):

@@ -20,7 +20,7 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.llama_pool import PrefixPool
 from kinfer.engines.llama_sizing import SizePlan, plan_size
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
-from kinfer.errors import Busy, InvalidRequest, PromptTooLong
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 from kinfer.protocol import FinishReason
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class LlamaEngine:
                 n_batch=plan.n_batch,
                 n_ubatch=plan.n_ubatch,
                 threads=plan.threads,
+                gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
         except BaseException:
@@ -166,11 +167,18 @@ class LlamaEngine:
     def tokenize(self, text: str) -> list[int]:
         """Token ids of a rendered prompt: special tokens parsed, BOS added only if the model wants
         one and the text does not already start with it."""
+        self._check_open()
         return self._vocab.tokenize(text)
 
     def detokenize(self, tokens: list[int]) -> str:
         """Text of the tokens, special tokens included."""
+        self._check_open()
         return self._vocab.detokenize(list(tokens))
+
+    def _check_open(self) -> None:
+        # the vocabulary lives in the model: using it after close() would read freed memory
+        if self._closed:
+            raise EngineFailure(f"the {self.info.name} engine is closed")
 
     # ---- rows ---------------------------------------------------------------------------------
 
@@ -184,6 +192,7 @@ class LlamaEngine:
 
     def submit(self, job: GenerationJob) -> None:
         """Give the job a row, adopting the longest saved prefix of its prompt from the pool."""
+        self._check_open()
         if job.job_id in self._rows:
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
@@ -220,64 +229,88 @@ class LlamaEngine:
     # ---- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[JobUpdate]:
-        """One llama_decode for every generating row plus prompt chunks; returns what changed."""
+        """One forward pass for every generating row, then prompt chunks up to the step's token
+        budget (first come, first served); returns what changed."""
         updates, self._finished = self._finished, []
         batch = self._batch
-        if batch is None:
-            return updates
-        batch.clear()
-        fed: list[tuple[_Row, list[int]]] = []  # tokens each row adds to its memory in this step
-        sample_at: list[tuple[_Row, int]] = []  # rows that sample, and their batch index
-        for row in sorted(self._rows.values(), key=lambda r: r.seq):
-            if row.pending is not None:
-                sample_at.append((row, batch.add(row.pending, len(row.tokens), row.seq, True)))
-                fed.append((row, [row.pending]))
-        budget = batch.capacity - batch.n
-        for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
-            if budget <= 0:
-                break
-            prompt = row.job.prompt
-            start = len(row.tokens)
-            end = self._chunk_end(row, start, min(len(prompt), start + budget))
-            last = len(prompt) - 1
-            for pos in range(start, end):
-                logits = pos == last and row.job.max_tokens > 0
-                index = batch.add(prompt[pos], pos, row.seq, logits)
-                if logits:
-                    sample_at.append((row, index))
-            fed.append((row, list(prompt[start:end])))
-            budget -= end - start
-        if batch.n == 0:
-            return updates
-        rc = native.decode(self._ctx, batch)
-        self._counters["steps"] += 1
-        self._counters["last"] = batch.n
-        if rc != 0:
-            log.error("llama_decode failed (%d) on a batch of %d tokens; failing its rows", rc, batch.n)
-            updates.extend(self._finish(row, "error") for row, _ in fed)
+        if batch is None or not self._rows:
             return updates
         changed: dict[str, JobUpdate] = {}
-        for row, tokens in fed:
-            if row.prefilling:
-                self._counters["prompt"] += len(tokens)
-            row.tokens.extend(tokens)
-            if self._pool is not None and self._pool.exact_only and len(row.tokens) in row.checkpoints:
+        done = 0  # tokens evaluated in this step
+        generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
+        if generating:
+            batch.clear()
+            at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
+            if self._decode(generating, changed):
+                for row, index in zip(generating, at, strict=True):
+                    row.tokens.append(row.pending)
+                    row.pending = None
+                    changed[row.job.job_id] = self._sample(row, index)
+            done += batch.n
+        # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
+        # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
+        # rows would be cut anyway, and its first token would go alone: a lone token's attention
+        # takes another kernel, and the row would no longer reproduce its solo run.
+        for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
+            start = len(row.tokens)
+            end = self._chunk_end(row, start, self.plan.n_batch - done)
+            if end == start:
+                continue
+            prompt, last = row.job.prompt, len(row.job.prompt) - 1
+            wants_logits = end - 1 == last and row.job.max_tokens > 0
+            batch.clear()
+            for pos in range(start, end):
+                batch.add(prompt[pos], pos, row.seq, wants_logits and pos == last)
+            done += batch.n
+            if not self._decode([row], changed):
+                continue
+            row.tokens.extend(prompt[start:end])
+            self._counters["prompt"] += end - start
+            if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
                 self._pool.save(row.seq, row.tokens)
-            if not row.prefilling and row.job.max_tokens <= 0:
+            if wants_logits:
+                changed[row.job.job_id] = self._sample(row, batch.n - 1)
+            elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
                 changed[row.job.job_id] = self._finish(row, "length", flush=True)
             else:
                 changed[row.job.job_id] = self._update(row)
-        for row, index in sample_at:
-            changed[row.job.job_id] = self._sample(row, index)
+        if done:
+            self._counters["steps"] += 1
+            self._counters["last"] = done
         updates.extend(changed.values())
         return updates
 
-    def _chunk_end(self, row: _Row, start: int, end: int) -> int:
-        """Where this step's prompt chunk stops: at the next checkpoint, when the pool keeps exact
-        checkpoints (recurrent state can only be saved as it stands after a decode)."""
-        if self._pool is None or not self._pool.exact_only:
-            return end
-        return min((c for c in row.checkpoints if start < c < end), default=end)
+    def _decode(self, rows: list[_Row], changed: dict[str, JobUpdate]) -> bool:
+        """Run the batch; on failure, end its rows with "error" (the other rows carry on)."""
+        assert self._batch is not None
+        rc = native.decode(self._ctx, self._batch)
+        if rc == 0:
+            return True
+        log.error("llama_decode failed (%d) on %d tokens; ending %d row(s)", rc, self._batch.n, len(rows))
+        for row in rows:
+            changed[row.job.job_id] = self._finish(row, "error")
+        return False
+
+    def _chunk_end(self, row: _Row, start: int, budget: int) -> int:
+        """Where this step's prompt chunk for `row` ends (== start: wait for the next step).
+
+        No prompt token is ever evaluated alone in a micro-batch (a lone token takes another
+        attention kernel, so a cold run, a chunked run and a run adopted from the pool would differ):
+        a chunk never leaves exactly one token behind, and never splits into micro-batches with a
+        lone one at the end. With exact checkpoints, a chunk also stops at the next checkpoint,
+        because recurrent state can only be saved as it stands after a decode.
+        """
+        length = len(row.job.prompt)
+        limit = min(length, start + budget)
+        at_checkpoint = False
+        if self._pool is not None and self._pool.exact_only:
+            checkpoint = min((c for c in row.checkpoints if start < c < limit), default=limit)
+            limit, at_checkpoint = checkpoint, checkpoint < limit
+        for end in range(limit, start + 1, -1):
+            if length - end != 1 and (end - start) % self.plan.n_ubatch != 1:
+                return end
+        # nothing pairs up: a lone token is all there is before the prompt's end or a checkpoint
+        return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
 
     def _sample(self, row: _Row, index: int) -> JobUpdate:
         token = native.sampler_sample(row.sampler, self._ctx, index)

@@ -53,7 +53,10 @@ class PrefixPool:
         of prompt tokens it now holds (0 when nothing useful is saved)."""
         if self._index.capacity == 0:
             return 0
-        match = self._index.best(prompt, exact_only=self.exact_only, min_shared=self.min_tokens)
+        # leave at least two tokens to evaluate (a lone token takes another attention kernel, and the
+        # reply would differ from a cold run's); whole checkpoints cannot be cut, so they may leave one
+        candidates = prompt if self.exact_only else prompt[:-1]
+        match = self._index.best(candidates, exact_only=self.exact_only, min_shared=self.min_tokens)
         if match is None:
             return 0
         native.seq_copy(self._mem, int(match.key), seq)

@@ -23,6 +23,7 @@ ROWS_GPU = 16
 KV_MEMORY_SHARE = 0.5  # automatic sizing lets the KV cache take at most this share of free memory
 TOKEN_BUDGET = 2048  # tokens per decode step (n_batch): generating rows first, then prompt chunks
 UBATCH = 512
+MIN_PROMPT_BUDGET = 16  # tokens a step can always give to waiting prompts
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ def plan_size(
             ctx,
             kv_bytes(rows, ctx) / 2**30,
         )
-    # every generating row puts one token in each step, so the budget holds at least one per row
-    n_batch = max(rows, step_tokens if step_tokens > 0 else TOKEN_BUDGET)
+    # every generating row puts one token in each step; leave room for prompt chunks beside them
+    n_batch = max(rows + MIN_PROMPT_BUDGET, step_tokens if step_tokens > 0 else TOKEN_BUDGET)
     return SizePlan(
         rows=rows,
         ctx=ctx,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from kinfer.engines.mlx_kernels import fused_decode_available, paged_decode_attention
+
 log = logging.getLogger(__name__)
 
 BLOCK = 64  # tokens per KV block
@@ -97,15 +99,13 @@ class PagedLayer:
             self.keys[dst] = self.keys[src]
             self.values[dst] = self.values[src]
 
-    def write(self, keys: mx.array, values: mx.array, slots: mx.array) -> None:
-        """Store new K/V [B, kv_heads, L, dim] at the token slots (block * BLOCK + offset), B*L of them."""
+    def write(self, keys: mx.array, values: mx.array, layout: PassLayout) -> None:
+        """Store new K/V [B, kv_heads, L, dim] at the layout's token slots."""
         b, heads, length, _ = keys.shape
         if self.keys is None:
             self.keys = mx.zeros((self._blocks, heads, BLOCK, keys.shape[-1]), dtype=keys.dtype)
             self.values = mx.zeros((self._blocks, heads, BLOCK, values.shape[-1]), dtype=values.dtype)
-        # the pool viewed as rows of one head's vector: row = (block * heads + head) * BLOCK + offset
-        block, offset = slots // BLOCK, slots % BLOCK
-        rows = ((block * heads)[:, None] + mx.arange(heads)[None, :]) * BLOCK + offset[:, None]
+        rows = layout.write_rows(heads)
         new_k = keys.transpose(0, 2, 1, 3).reshape(b * length, heads, -1)
         new_v = values.transpose(0, 2, 1, 3).reshape(b * length, heads, -1)
         flat_k = self.keys.reshape(-1, self.keys.shape[-1])
@@ -137,27 +137,53 @@ class DecodeBlocks:
 class PassLayout:
     """Positions and block tables of one forward pass over some rows.
 
-    A decode pass feeds one token per row; a prefill pass feeds `length` tokens per row. `tables` are
-    the rows' block lists, `starts` the position of each row's first new token.
+    A decode pass feeds one token per row; a prefill pass feeds `length` tokens per row. `table` holds
+    each row's block ids ([B, W], covering every position written), `starts` the position of each
+    row's first new token.
     """
 
-    def __init__(self, tables: list[list[int]], starts: list[int], length: int, *, decode: bool) -> None:
+    def __init__(self, table: np.ndarray, starts: np.ndarray, length: int, *, decode: bool) -> None:
         self.decode = decode
         self.length = length
-        self.tables = tables
         self.starts = np.asarray(starts, dtype=np.int64)
-        self.batch = len(starts)
+        self.batch = len(self.starts)
         pos = self.starts[:, None] + np.arange(length)[None, :]  # [B, L]
-        table = _padded(tables)
-        self._table = table
+        self._table = table = np.asarray(table, dtype=np.int64)
         slots = table[np.arange(self.batch)[:, None], pos // BLOCK] * BLOCK + pos % BLOCK
-        self.slots = mx.array(slots.reshape(-1).astype(np.int32))
+        self._slots = slots.reshape(-1)
+        self._write_rows: dict[int, mx.array] = {}
+        self._kernel_inputs: dict[int | None, tuple[mx.array, mx.array]] = {}
         if self.batch == 1:
             # a plain int keeps models that do arithmetic on `cache.offset` working for one row
             self.offset: int | mx.array = int(self.starts[0])
         else:
             self.offset = mx.array(self.starts.astype(np.int32))
         self._decode_blocks: dict[int | None, DecodeBlocks] = {}
+
+    def row_blocks(self, i: int, end: int) -> np.ndarray:
+        """Block ids holding positions [0, end) of batch row i."""
+        return self._table[i, : (end + BLOCK - 1) // BLOCK].astype(np.int32)
+
+    def write_rows(self, heads: int) -> mx.array:
+        """Rows of the pool viewed as [blocks * heads * BLOCK, dim] for each new token and head."""
+        found = self._write_rows.get(heads)
+        if found is None:
+            block, offset = self._slots // BLOCK, self._slots % BLOCK
+            rows = ((block * heads)[:, None] + np.arange(heads)[None, :]) * BLOCK + offset[:, None]
+            found = self._write_rows[heads] = mx.array(rows.astype(np.int32))
+        return found
+
+    def kernel_inputs(self, window: int | None) -> tuple[mx.array, mx.array]:
+        """Block tables [B, W] and attended positions [B, 2] = (lo, hi) for the fused decode kernel."""
+        found = self._kernel_inputs.get(window)
+        if found is None:
+            ends = self.starts + 1
+            lows = np.maximum(ends - window, 0) if window else np.zeros_like(ends)
+            width = int((ends.max() + BLOCK - 1) // BLOCK)
+            tables = mx.array(self._table[:, :width].astype(np.int32))
+            bounds = mx.array(np.stack([lows, ends], axis=1).astype(np.int32))
+            found = self._kernel_inputs[window] = (tables, bounds)
+        return found
 
     def decode_blocks(self, window: int | None) -> DecodeBlocks:
         found = self._decode_blocks.get(window)
@@ -185,14 +211,6 @@ class PassLayout:
         )
 
 
-def _padded(tables: list[list[int]]) -> np.ndarray:
-    width = max((len(t) for t in tables), default=1) or 1
-    out = np.zeros((len(tables), width), dtype=np.int64)
-    for i, t in enumerate(tables):
-        out[i, : len(t)] = t
-    return out
-
-
 # ---- the KVCache stand-in --------------------------------------------------------------------
 
 
@@ -206,7 +224,7 @@ class PagedKV:
 
     # mlx-lm's cache interface, the parts attention layers use
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        self.layer.write(keys, values, self.layout.slots)
+        self.layer.write(keys, values, self.layout)
         return keys, values
 
     def make_mask(self, *args, **kwargs) -> None:
@@ -236,6 +254,14 @@ class PagedKV:
         return self._attend_prefill(queries, keys, values, scale, sinks)
 
     def _attend_decode(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
+        layer = self.layer
+        if sinks is None and fused_decode_available(queries.shape[-1], layer.values.shape[-1], layer.keys.dtype):
+            tables, bounds = self.layout.kernel_inputs(layer.window)
+            return paged_decode_attention(queries.astype(layer.keys.dtype), layer.keys, layer.values, tables, bounds, scale)
+        return self._attend_decode_ops(queries, scale, sinks)
+
+    def _attend_decode_ops(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
+        """The portable path: split-K over each row's blocks in plain MLX ops, then a per-row merge."""
         layer = self.layer
         batch, q_heads, _, _ = queries.shape
         kv_heads, dim_v = layer.keys.shape[1], layer.values.shape[-1]
@@ -271,7 +297,7 @@ class PagedKV:
         for i in range(layout.batch):
             start = int(layout.starts[i])
             end = start + length
-            blocks = mx.array(np.asarray(layout.tables[i][: (end + BLOCK - 1) // BLOCK], dtype=np.int32))
+            blocks = mx.array(layout.row_blocks(i, end))
             k = _contiguous_row(layer.keys[blocks], end)
             v = _contiguous_row(layer.values[blocks], end)
             if window is not None and end > window:

@@ -17,13 +17,16 @@ from dataclasses import dataclass
 
 from kinfer.chat.template import render_prompt
 from kinfer.engines.base import Engine, EngineStats, GenerationJob, JobUpdate, ModelInfo
-from kinfer.errors import Busy, EngineFailure, KinferError, PromptTooLong
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError, PromptTooLong
 from kinfer.scheduler.jobs import Admission, Cancel, Command, Measure, PreparedJob, Shutdown
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.25  # how long an idle engine thread sleeps between checks of its inbox
 MAX_RELOADS = 3  # consecutive engine faults before the model is given up
+# no tokenizer averages this many characters per token over a whole prompt; a longer prompt cannot
+# fit, so it is refused before tokenizing it (10 MB of text holds the engine thread ~10 s)
+MAX_CHARS_PER_TOKEN = 64
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,15 @@ def prepare_job(info: ModelInfo, tokenize: Callable[[str], list[int]], admission
     rendered = render_prompt(
         info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token, name=info.name
     )
+    if len(rendered.text) > info.context_length * MAX_CHARS_PER_TOKEN:
+        raise PromptTooLong(
+            f"the prompt is {len(rendered.text)} characters, far more than a row of {info.name} holds "
+            f"({info.context_length} tokens, prompt and reply together); shorten it"
+        )
     tokens = tokenize(rendered.text)
+    if not tokens:
+        # nothing to condition on: an empty raw prompt, or a template that rendered to nothing
+        raise InvalidRequest("the prompt is empty once rendered; send some text to continue from")
     room = info.context_length - len(tokens)
     if room < 1:
         raise PromptTooLong(

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 blueprint = Blueprint("anthropic", __name__)
 
 PING_INTERVAL_S = 10.0  # a ping after this much silence keeps proxies and clients from timing out
-OVERLOADED_STATUS = 529  # Anthropic's own; the SDK maps it to OverloadedError and retries it
+# Anthropic's own status for overloaded_error. The SDK retries any 5xx (honouring Retry-After), but only
+# 529 becomes its OverloadedError, which is what Anthropic clients (Claude Code among them) look for.
+OVERLOADED_STATUS = 529
 STOP_REASON = {
     "stop": "end_turn",
     "length": "max_tokens",

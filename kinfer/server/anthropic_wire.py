@@ -24,7 +24,13 @@ log = logging.getLogger(__name__)
 MAX_STOP_SEQUENCES = 16
 BLOCK_SEPARATOR = "\n\n"  # between text blocks of one message (Claude Code sends reminders as own blocks)
 MEDIA_BLOCKS = frozenset({"image", "document", "file", "container_upload"})
-EFFORT_LEVELS: dict[str, ThinkLevel] = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+EFFORT_LEVELS: dict[str, ThinkLevel] = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
 
 
 # ---- wire schemas ---------------------------------------------------------------------------
@@ -75,12 +81,13 @@ class ToolChoice(WireModel):
 
 
 class ThinkingConfig(WireModel):
-    type: Literal["enabled", "disabled", "adaptive"]
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
 
 
 class OutputConfig(WireModel):
     effort: str | None = None
+    format: dict[str, Any] | None = None
 
 
 class CountTokensBody(WireModel):
@@ -264,14 +271,16 @@ def tool_choice_name(choice: ToolChoice | None) -> str:
 
 
 def think_from(thinking: ThinkingConfig | None, output: OutputConfig | None) -> tuple[bool | None, Any]:
-    """`enabled` opens a think block, `disabled` renders the empty one, `adaptive` (the model decides)
-    leaves the template's default; `output_config.effort` picks the level when thinking is on."""
+    """`enabled` opens a think block, `disabled` renders the empty one, `adaptive` and `between_tools`
+    (the model decides) leave the template's default; `output_config.effort` picks the level."""
     think = None if thinking is None else {"enabled": True, "disabled": False}.get(thinking.type)
+    if output is not None and output.format is not None:
+        raise InvalidRequest("output_config.format: structured output is not supported by kinfer yet")
     effort = output.effort if output is not None else None
     if think is False or effort is None:
         return think, None
     if effort not in EFFORT_LEVELS:
-        raise InvalidRequest("output_config.effort must be one of low, medium, high, max")
+        raise InvalidRequest("output_config.effort must be one of low, medium, high, xhigh, max")
     return think, EFFORT_LEVELS[effort]
 
 

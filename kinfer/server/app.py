@@ -14,6 +14,7 @@ from kinfer.metrics import render
 from kinfer.runtime import Runtime
 from kinfer.server import ollama, openai_chat
 from kinfer.server.access import install_access_control
+from kinfer.server.openapi import openapi_spec
 
 log = logging.getLogger(__name__)
 
@@ -86,5 +87,12 @@ def create_app(runtime: Runtime) -> Quart:
     async def metrics() -> Response:
         body = render(runtime.metrics_registry) if runtime.metrics_registry else b""
         return Response(body, mimetype="text/plain; version=0.0.4")
+
+    @app.get("/openapi.json")
+    async def openapi_json() -> Response:
+        # built on first use: every blueprint is registered by then, and the spec never changes after
+        if "kinfer.openapi" not in app.extensions:
+            app.extensions["kinfer.openapi"] = openapi_spec(app)
+        return jsonify(app.extensions["kinfer.openapi"])
 
     return app

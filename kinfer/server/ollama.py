@@ -578,9 +578,11 @@ async def copy() -> Response:
 @blueprint.post("/api/pull")
 async def pull() -> Response:
     from kinfer.store.pull import pull as pull_model
+    from kinfer.store.refs import parse_ref
 
     body = await read_body(NameBody)
     ref = body.target()
+    parse_ref(ref)  # a malformed reference is a 400 here, not a 200 whose stream holds the error
     rt = runtime()
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()

@@ -14,7 +14,7 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
-from kinfer.errors import EngineFailure, KinferError
+from kinfer.errors import EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
 from kinfer.scheduler import RequestStream, validate_request
 from kinfer.server.context import runtime
@@ -73,6 +73,9 @@ def previous_conversation(response_id: str | None) -> tuple[Message, ...]:
 
 def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tuple[Message, ...]]:
     """The internal request, and the conversation without instructions (what a follow-up continues)."""
+    text_format = (wire.text or {}).get("format") or {}
+    if text_format.get("type") not in (None, "text"):
+        raise InvalidRequest("text.format: only 'text' is supported; structured output is not served yet")
     history = previous_conversation(wire.previous_response_id)
     names = {call.id: call.name for m in history for call in m.tool_calls}
     conversation = history + tuple(to_messages(wire.input, names))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -14,6 +15,9 @@ from kinfer.errors import InvalidRequest
 log = logging.getLogger(__name__)
 
 W = TypeVar("W", bound="WireModel")
+
+# a \uD800-\uDFFF escape: JSON allows a lone one, but no tokenizer can encode the string it makes
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 
 
 class WireModel(BaseModel):
@@ -49,15 +53,44 @@ async def read_body(model: type[W]) -> W:
     raw = await request.get_data(as_text=False)
     if not raw or not raw.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
+    data = parse_json(raw)
+    if not isinstance(data, dict):
+        raise InvalidRequest("the request body must be a JSON object")
     try:
-        data = json.loads(raw)
+        return parse_wire(model, data)
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise InvalidRequest(f"the request body is not valid JSON: {name} is not a JSON number")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: no NaN/Infinity, no lone surrogates; every way it can fail is a 400, never a 500."""
+    try:
+        data = json.loads(raw, parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise InvalidRequest("the request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc.msg} at position {exc.pos}") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return parse_wire(model, data)
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.int_info)
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(raw) and not _encodable(data):
+        raise InvalidRequest("the request body holds a lone UTF-16 surrogate (\\ud800-\\udfff escape)")
+    return data
+
+
+def _encodable(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+    return True
 
 
 def json_dumps(data: Any) -> str:

@@ -19,16 +19,17 @@ import signal
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.timer import Timer
 from textual.widgets import Footer
 
 from kinfer.errors import KinferError
+from kinfer.tui import format as fmt
 from kinfer.tui.log_capture import QueueLogHandler, captured_logging
 from kinfer.tui.rates import HISTORY, RateTracker
 from kinfer.tui.sample import DashboardSample, SampleSource
@@ -63,9 +64,9 @@ class KinferDashboard(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "kinfer"
     AUTO_FOCUS = "#models"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pull", "Pull"),
         Binding("d", "delete", "Delete"),
         Binding("l", "toggle_load", "Load/unload"),
@@ -102,11 +103,11 @@ class KinferDashboard(App[int]):
         self.rates = RateTracker()
         self.last_sample: DashboardSample | None = None
         self.ticks = 0
-        self._timers: list[Timer] = []
+        self.tick_failures = 0  # ticks that raised (logged once); tests check it stays 0
+        self._intervals: list[Timer] = []
         self._pull_cancel: threading.Event | None = None
         self._pull_number = 0
         self._quitting = False
-        self._tick_failed = False
         self._signals: list[int] = []
 
     def compose(self) -> ComposeResult:
@@ -137,14 +138,16 @@ class KinferDashboard(App[int]):
         self.tick()
         self.refresh_store()
         if self.refresh_interval is not None:
-            self._timers.append(self.set_interval(self.refresh_interval, self.tick, name="kinfer-tick"))
+            self._intervals.append(self.set_interval(self.refresh_interval, self.tick, name="kinfer-tick"))
         if self.store_interval is not None and self.store is not None:
-            self._timers.append(self.set_interval(self.store_interval, self.refresh_store, name="kinfer-store"))
+            self._intervals.append(
+                self.set_interval(self.store_interval, self.refresh_store, name="kinfer-store")
+            )
 
     async def on_unmount(self) -> None:
-        for timer in self._timers:
+        for timer in self._intervals:
             timer.stop()
-        self._timers.clear()
+        self._intervals.clear()
         if self._pull_cancel is not None:
             self._pull_cancel.set()
         self.source.close()
@@ -176,9 +179,9 @@ class KinferDashboard(App[int]):
         try:
             self.show(self.source())
         except Exception:
-            if not self._tick_failed:  # once: a broken widget would otherwise log 4 times a second
+            if not self.tick_failures:  # once: a broken widget would otherwise log 4 times a second
                 log.exception("the dashboard could not show a sample")
-            self._tick_failed = True
+            self.tick_failures += 1
 
     def show(self, sample: DashboardSample) -> None:
         self.ticks += 1
@@ -261,7 +264,7 @@ class KinferDashboard(App[int]):
             how = "ships with kinfer" if model.source == "bundled" else f"is borrowed from {model.source}"
             self.notify(f"{model.name} {how}; kinfer does not delete it", severity="warning")
             return
-        question = f"Delete {model.name} ({model.size / 1e6:,.0f} MB)?\nIts files are removed from disk."
+        question = f"Delete {model.name} ({fmt.size(model.size)})?\nIts files are removed from disk."
         if model.is_alias:
             question = f"Delete the alias {model.name}? (the model {model.alias_of} stays)"
 
@@ -328,14 +331,22 @@ class KinferDashboard(App[int]):
         try:
             model = pull(self.store, ref, on_progress=progress, cancel=cancel)
         except PullCancelled:
-            self.call_from_thread(self._pull_ended, number, "stopped; the next pull resumes it", True)
+            self._report_pull(number, "stopped; the next pull resumes it", True)
         except KinferError as exc:
-            self.call_from_thread(self._pull_ended, number, exc.message, True)
+            self._report_pull(number, exc.message, True)
         except Exception as exc:  # a network or disk error: show it, keep serving
             log.exception("pull of %s failed", ref)
-            self.call_from_thread(self._pull_ended, number, f"{type(exc).__name__}: {exc}", True)
+            self._report_pull(number, f"{type(exc).__name__}: {exc}", True)
         else:
-            self.call_from_thread(self._pull_ended, number, f"pulled {model.name}", False)
+            self._report_pull(number, f"pulled {model.name}", False)
+
+    def _report_pull(self, number: int, text: str, error: bool) -> None:
+        """From the pull's thread. After quitting there is no screen left to tell."""
+        if not self.is_running:
+            log.info("pull: %s", text)
+            return
+        with contextlib.suppress(RuntimeError):  # the app closed between the check and the call
+            self.call_from_thread(self._pull_ended, number, text, error)
 
     def _pull_ended(self, number: int, text: str, error: bool) -> None:
         self._pull_cancel = None
@@ -360,6 +371,8 @@ class KinferDashboard(App[int]):
         if self._quitting:
             return
         self._quitting = True
+        if self._pull_cancel is not None:
+            self._pull_cancel.set()  # what was fetched stays in partial/ for the next pull
         if self.server is not None and self.server.running:
             status = self.query_one(StatusBar)
             status.note = "stopping..."

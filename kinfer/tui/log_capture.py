@@ -28,12 +28,16 @@ class QueueLogHandler(logging.Handler):
 
     def __init__(self, level: int = logging.INFO, capacity: int = CAPACITY) -> None:
         super().__init__(level)
-        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         self._lines: deque[LogLine] = deque(maxlen=capacity)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._lines.append(LogLine(record.created, record.levelno, self.format(record)))
+            text = record.getMessage()
+            if record.levelno >= logging.WARNING:  # info lines read better without the logger's name
+                text = f"{record.levelname.lower()}: {record.name}: {text}"
+            if record.exc_info:
+                text += f" ({record.exc_info[1]!r})"
+            self._lines.append(LogLine(record.created, record.levelno, text))
         except Exception:
             self.handleError(record)
 

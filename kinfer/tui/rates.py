@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from kinfer.scheduler import SchedulerSnapshot
 
 HISTORY = 120  # samples in the sparklines: 30 s at 4 Hz
+WINDOW_S = 1.0  # rates average over this much time: a slow model steps less often than we sample
 
 
 @dataclass(frozen=True)
@@ -44,24 +45,28 @@ def token_counts(snapshot: SchedulerSnapshot) -> TokenCounts:
 class RateTracker:
     """Feed it every snapshot; it keeps the latest rates and a history for the sparklines."""
 
-    def __init__(self, history: int = HISTORY) -> None:
+    def __init__(self, history: int = HISTORY, window: float = WINDOW_S) -> None:
         self.decode_history: deque[float] = deque(maxlen=history)
         self.prompt_history: deque[float] = deque(maxlen=history)
         self.latest = Rates(0.0, 0.0)
-        self._previous: tuple[float, TokenCounts] | None = None
+        self.window = window
+        self._samples: deque[tuple[float, TokenCounts]] = deque()
 
     def update(self, snapshot: SchedulerSnapshot) -> Rates:
-        counts = token_counts(snapshot)
-        previous, self._previous = self._previous, (snapshot.taken_at, counts)
-        if previous is None:
+        now = snapshot.taken_at
+        if self._samples and now <= self._samples[-1][0]:
+            return self.latest  # the same snapshot again (or the clock stepped back)
+        self._samples.append((now, token_counts(snapshot)))
+        # keep the newest sample at least `window` old as the base of the difference
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window:
+            self._samples.popleft()
+        if len(self._samples) < 2:
             return self.latest
-        elapsed = snapshot.taken_at - previous[0]
-        if elapsed <= 0:
-            return self.latest
+        (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
         # clamped: the counts only fall when the scheduler behind the source is a new one
         self.latest = Rates(
-            decode=max(0.0, (counts.generated - previous[1].generated) / elapsed),
-            prompt=max(0.0, (counts.prompt - previous[1].prompt) / elapsed),
+            decode=max(0.0, (c1.generated - c0.generated) / (t1 - t0)),
+            prompt=max(0.0, (c1.prompt - c0.prompt) / (t1 - t0)),
         )
         self.decode_history.append(self.latest.decode)
         self.prompt_history.append(self.latest.prompt)

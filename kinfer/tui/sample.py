@@ -7,9 +7,10 @@ exact same screen: the snapshot tests depend on that.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from kinfer.scheduler import SchedulerSnapshot
+if TYPE_CHECKING:  # only annotations: this module stays importable without the server's modules
+    from kinfer.scheduler import SchedulerSnapshot
 
 
 @dataclass(frozen=True)

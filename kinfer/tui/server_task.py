@@ -26,12 +26,13 @@ class ServerTask:
     def __init__(self, runtime: Runtime, sock: socket.socket) -> None:
         self.runtime = runtime
         self.sock = sock
+        self.url = self._url(sock)
         self._shutdown: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
-    @property
-    def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
+    @staticmethod
+    def _url(sock: socket.socket) -> str:
+        host, port = sock.getsockname()[:2]
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -45,6 +46,9 @@ class ServerTask:
         self._task = asyncio.create_task(serve(self.runtime, self.sock, self._shutdown), name="kinfer-serve")
 
         def done(task: asyncio.Task) -> None:
+            # Hypercorn's server closed the listening fd; forget it, so that closing (or collecting)
+            # our socket object can never close whatever file reuses that number later
+            self.sock.detach()
             if on_exit is None or self._shutdown is None or self._shutdown.is_set():
                 return  # asked to stop: not news
             error = None if task.cancelled() else task.exception()

@@ -126,3 +126,17 @@ def test_a_full_queue_is_a_529_overloaded_error_the_sdk_knows(scripted):
         assert int(response.headers["retry-after"]) >= 1
         with pytest.raises(anthropic.OverloadedError):
             anthropic.Anthropic(base_url=s.url, api_key="x", max_retries=0).messages.create(**GOOD)
+
+
+def test_with_an_api_key_set_the_sdks_x_api_key_is_accepted_and_a_wrong_one_is_401(scripted):
+    with scripted(lambda prompt: "Hello.", api_key="sk-secret") as s:
+        reply = anthropic.Anthropic(base_url=s.url, api_key="sk-secret", max_retries=0).messages.create(
+            **GOOD
+        )
+        assert reply.content[0].text == "Hello."
+        bearer = post(s, GOOD, headers={"authorization": "Bearer sk-secret"})
+        assert bearer.status_code == 200
+        status, kind, _ = envelope(post(s, GOOD, headers={"x-api-key": "sk-wrong"}))
+        assert (status, kind) == (401, "authentication_error")
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=s.url, api_key="sk-wrong", max_retries=0).messages.create(**GOOD)

@@ -29,10 +29,8 @@ def test_a_prompt_adopted_from_the_pool_gives_the_same_tokens_as_a_cold_run(make
 
 def test_the_next_turn_of_a_conversation_adopts_the_prompt_and_the_reply(make_engine):
     engine = make_engine(rows=2)
-    cold = make_engine(rows=1, prefix_cache=False)
     turn1 = chat_prompt(engine, "When do you open?", system=SYSTEM)
     reply = run_alone(engine, job("t1", turn1, max_tokens=32))
-    assert reply.finish == "stop"
     history = (
         f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nWhen do you open?<|im_end|>\n"
         f"<|im_start|>assistant\n{reply.text}<|im_end|>\n"
@@ -42,13 +40,29 @@ def test_the_next_turn_of_a_conversation_adopts_the_prompt_and_the_reply(make_en
 
     warm = run_alone(engine, job("t2", turn2, max_tokens=24))
 
+    # The reply's cells were written one token per step while decoding, a cold prefill writes them
+    # many at a time with another kernel: equal up to rounding, so only the reuse is checked here.
     assert warm.reused_tokens > len(turn1), "the reply's tokens were reused too"
-    assert warm.text == run_alone(cold, job("c2", turn2, max_tokens=24)).text
+    assert warm.prompt_processed == len(turn2)
+    assert warm.finish in ("stop", "length") and warm.text
+
+
+def test_a_prompt_never_leaves_a_lone_token_to_prefill(make_engine):
+    prompt = chat_prompt(make_engine(rows=1, prefix_cache=False), "Do you sell croissants?", system=SYSTEM)
+    cold = run_alone(make_engine(rows=1, prefix_cache=False), job("cold", prompt, max_tokens=24))
+    # a budget one short of the prompt would leave its last token for a step of its own
+    chunked = make_engine(rows=1, prefix_cache=False, step_tokens=len(prompt) - 1)
+
+    result = run_alone(chunked, job("chunked", prompt, max_tokens=24))
+
+    processed = [u.prompt_processed for u in result.updates]
+    assert processed[:2] == [len(prompt) - 2, len(prompt)]
+    assert result.text == cold.text
 
 
 def test_exact_prefix_mode_adopts_only_whole_checkpoints(make_engine):
     # what recurrent models get: state cannot be cut back, so only exact saved points are adopted
-    engine = make_engine(rows=1, exact_prefix=True)
+    engine = make_engine(rows=2, exact_prefix=True)  # two pool slots: the checkpoint and the reply
     cold = make_engine(rows=1, prefix_cache=False)
     system = tuple(engine.tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"))
     first = chat_prompt(engine, "When do you open?", system=SYSTEM)
@@ -64,6 +78,18 @@ def test_exact_prefix_mode_adopts_only_whole_checkpoints(make_engine):
     assert warm.text == run_alone(cold, job("c2", second, max_tokens=24)).text
 
 
+def test_checkpoints_a_token_apart_are_each_saved(make_engine):
+    engine = make_engine(rows=2, exact_prefix=True)
+    prompt = chat_prompt(engine, "When do you open?", system=SYSTEM)
+    cut = len(prompt) // 2
+
+    result = run_alone(engine, job("t", prompt, max_tokens=2, checkpoints=(cut, cut + 1)))
+
+    processed = [u.prompt_processed for u in result.updates]
+    assert processed[:3] == [cut, cut + 1, len(prompt)]
+    assert prompt[: cut + 1] in engine.pool_entries()
+
+
 def test_the_pool_evicts_the_least_recently_used_prompt(make_engine):
     engine = make_engine(rows=2)  # two pool slots
     topics = ["volcanoes", "the history of the printing press", "deep sea octopus behaviour"]
@@ -76,7 +102,9 @@ def test_the_pool_evicts_the_least_recently_used_prompt(make_engine):
 
     for key, prompt in [("a", a), ("b", b)]:
         run_alone(engine, job(key, prompt, max_tokens=2))
-    assert run_alone(engine, job("a-again", a, max_tokens=2)).reused_tokens == len(a) - 1
+    # the same prompt again: all but its last two tokens come from the pool (two are evaluated so that
+    # no token is ever alone in a micro-batch, which would change the numbers)
+    assert run_alone(engine, job("a-again", a, max_tokens=2)).reused_tokens == len(a) - 2
     run_alone(engine, job("c", c, max_tokens=2))  # evicts b, now the least recently used
 
     assert run_alone(engine, job("b-again", b, max_tokens=2)).reused_tokens == 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
@@ -36,7 +38,8 @@ class ConfirmScreen(ModalScreen[bool]):
     }
     """
 
-    BINDINGS = [
+    AUTO_FOCUS = "#no"
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
@@ -52,9 +55,6 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal():
                 yield Button(self.confirm_label, variant="error", id="yes")
                 yield Button("No", variant="primary", id="no")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

@@ -92,9 +92,7 @@ class Gauges(Vertical):
         height: 1;
     }
     Gauges .rate {
-        width: auto;
-        min-width: 22;
-        padding: 0 1 0 0;
+        width: 22;
     }
     Gauges Sparkline {
         width: 1fr;
@@ -108,6 +106,14 @@ class Gauges(Vertical):
     def __init__(self, history: int, **kwargs) -> None:
         super().__init__(**kwargs)
         self.history = history
+        self._shown: dict[str, tuple] = {}
+
+    def _set(self, widget_id: str, text: Text) -> None:
+        """Update a line only when its text changed; its size never does, so no layout pass."""
+        key = (text.plain, tuple(text.spans))
+        if self._shown.get(widget_id) != key:
+            self._shown[widget_id] = key
+            self.query_one(f"#{widget_id}", Static).update(text, layout=False)
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -130,7 +136,7 @@ class Gauges(Vertical):
             ("prompt", rates.prompt, prompt_history),
         ):
             label = Text.assemble((f"{name} ", "dim"), (f"{fmt.rate(value):>6}", "bold"), (" tok/s", "dim"))
-            self.query_one(f"#{name}-rate", Static).update(label)
+            self._set(f"{name}-rate", label)
             self.query_one(f"#{name}-spark", Sparkline).data = padded(history, self.history)
-        self.query_one("#load-line", Static).update(load_line(sample))
-        self.query_one("#memory-line", Static).update(memory_line(sample))
+        self._set("load-line", load_line(sample))
+        self._set("memory-line", memory_line(sample))

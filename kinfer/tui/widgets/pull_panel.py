@@ -68,6 +68,10 @@ class PullPanel(Vertical):
     PullPanel ProgressBar Bar {
         width: 1fr;
     }
+    PullPanel Static {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
     """
 
     class Progress(Message):
@@ -146,28 +150,35 @@ class PullPanel(Vertical):
             return Text(event.status)
         left = event.overall_total - event.overall_completed
         return Text.assemble(
-            (f"{fmt.format_bytes(event.overall_completed)} / {fmt.format_bytes(event.overall_total)}", "bold"),
+            (
+                f"{fmt.format_bytes(event.overall_completed)} / {fmt.format_bytes(event.overall_total)}",
+                "bold",
+            ),
             f"  {fmt.format_bytes(self.rate)}/s  ETA {eta(left, self.rate)}",
-            (f"  {event.status}", "dim"),
+            ("  verifying" if event.phase == "verifying" else "", "dim"),
         )
 
     def _file_lines(self) -> Text:
+        """The newest few files; numbers first, so a narrow panel clips the file name, not the numbers."""
         lines = Text(no_wrap=True, overflow="ellipsis")
         shown = list(self.files.items())[-FILES_SHOWN:]
         for index, (name, state) in enumerate(shown):
             if index:
                 lines.append("\n")
             if state.done:
-                lines.append("✓ ", style="green")
-                lines.append(f"{name}  {fmt.format_bytes(state.total)}")
+                lines.append("✓ 100%  ", style="green")
+                lines.append(f"{fmt.format_bytes(state.total)}  ", style="dim")
+                lines.append(name)
                 continue
-            lines.append("… " if state.verifying else "↓ ", style="bold")
             percent = state.completed / state.total if state.total else 0.0
-            lines.append(f"{name}  {percent:.0%}  ")
-            lines.append(f"{fmt.format_bytes(state.completed)}/{fmt.format_bytes(state.total)}", style="dim")
+            lines.append(f"↓ {percent:4.0%}  ", style="bold")
+            lines.append(
+                f"{fmt.format_bytes(state.completed)}/{fmt.format_bytes(state.total)}  ", style="dim"
+            )
             if state.verifying:
-                lines.append("  verifying sha256", style="dim")
+                lines.append("verifying sha256  ", style="dim")
             else:
                 left = state.total - state.completed
-                lines.append(f"  {fmt.format_bytes(state.rate)}/s  ETA {eta(left, state.rate)}", style="dim")
+                lines.append(f"{fmt.format_bytes(state.rate)}/s  ETA {eta(left, state.rate)}  ", style="dim")
+            lines.append(name)
         return lines

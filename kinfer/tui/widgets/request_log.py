@@ -29,7 +29,13 @@ def entry_line(entry: LogEntry) -> Text:
 
 
 def log_line(record: LogLine) -> Text:
-    style = "bold red" if record.level >= logging.ERROR else "yellow" if record.level >= logging.WARNING else "dim"
+    style = (
+        "bold red"
+        if record.level >= logging.ERROR
+        else "yellow"
+        if record.level >= logging.WARNING
+        else "dim"
+    )
     return Text.assemble((fmt.clock(record.created), "dim"), " ", (record.text, style), no_wrap=True)
 
 
@@ -39,6 +45,7 @@ class RequestLog(RichLog):
     DEFAULT_CSS = """
     RequestLog {
         height: 1fr;
+        overflow-x: hidden;
         scrollbar-size-vertical: 1;
     }
     """

@@ -11,7 +11,7 @@ from kinfer.tui.sample import DashboardSample
 
 
 class StatusBar(Static):
-    """`kinfer  http://127.0.0.1:11500  smollm2:135m (llama.cpp, 4x2048)  2 active      12:00:03`."""
+    """`kinfer  http://127.0.0.1:11500  smollm2:135m (4 rows)  2 active               12:00:03`."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -35,7 +35,7 @@ class StatusBar(Static):
         if snap.models:
             for model in snap.models:
                 line.append(f"  {model.name}", style="bold")
-                line.append(f" ({model.engine}, {model.rows_total}x{model.context_length})")
+                line.append(f" ({model.rows_total} rows)")
         else:
             line.append("  no model loaded")
         active = sum(1 for r in snap.requests if r.finish is None)
@@ -46,4 +46,4 @@ class StatusBar(Static):
         grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         grid.add_column(justify="right", no_wrap=True)
         grid.add_row(line, fmt.clock(snap.taken_at))
-        self.update(grid)
+        self.update(grid, layout=False)  # one line, always: no layout pass needed

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The H200 benchmarks of docs/benchmarks.md: kinfer's MLX and llama.cpp engines vs mlx_lm.server and
+# llama-cpp-python's server at concurrency 1/4/16/64, on random-weight Qwen3-0.6B and Qwen3.5-0.8B
+# shapes (scripts/bench_models.py), plus the HTTP overhead at 64 rows. Offline: it needs only what
+# /work/shared/gpu/README.md stages, plus the pure-Python packages below.
+#
+# Here, once per machine (the bench extras are for llama-cpp-python's server):
+#   echo '/.gpu/' >> .git/info/exclude
+#   ../shared/gpu/wheels.sh .gpu quart==0.22.0 hypercorn==0.18.0 gguf==0.19.0 pydantic==2.14.4 \
+#       prometheus-client==0.26.0 fastapi uvicorn sse-starlette 'starlette-context<0.4' pydantic-settings
+#   cp ../shared/gpu/stage.sh ../shared/gpu/setup.sh .gpu/
+# There, one command each, back to back (each command may run 10 minutes at most):
+#   bash .gpu/stage.sh .gpu/bundle-N                     # for every bundle
+#   bash .gpu/setup.sh && bash scripts/bench_gpu.sh models      # ~5 min build + ~1 min models
+#   bash scripts/bench_gpu.sh sweep qwen3-0.6b                  # ~4 min
+#   bash scripts/bench_gpu.sh sweep qwen3.5-0.8b                # ~5 min
+#   bash scripts/bench_gpu.sh http                              # ~2 min
+# Results (JSON + markdown) go to $OUT (the run tool's output folder) or /tmp/kinfer-gpu-results.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="/tmp/site/bin:$PATH"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PYTHON:-python3}
+MODELS=${MODELS:-/tmp/kinfer-gpu-models}
+RESULTS=${OUT:-/tmp/kinfer-gpu-results}
+SIZES=(qwen3-0.6b qwen3.5-0.8b)
+LEVELS=${LEVELS:-1,4,16,64}
+PROMPT=${PROMPT:-128}
+TOKENS=${TOKENS:-256}
+mkdir -p "$MODELS" "$RESULTS"
+
+models() {
+  "$PY" scripts/bench_models.py "$MODELS" "${SIZES[@]}" ${TINY:+--tiny}
+}
+
+sweep() {
+  local size=${1:?size: qwen3-0.6b or qwen3.5-0.8b}
+  [ -f "$MODELS/$size.gguf" ] || models
+  "$PY" scripts/bench_peers.py --gpu --gguf "$MODELS/$size.gguf" --mlx-dir "$MODELS/$size" \
+    --concurrency "$LEVELS" --prompt-tokens "$PROMPT" --max-tokens "$TOKENS" \
+    --targets "${TARGETS:-kinfer-mlx,kinfer-llama,mlx-lm,llama-cpp}" --label-suffix " ($size)" \
+    --json "$RESULTS/peers-$size.json" --markdown "$RESULTS/peers-$size.md" 2>&1 | grep -v ' INFO httpx'
+}
+
+http() {
+  [ -f "$MODELS/qwen3-0.6b.gguf" ] || models
+  "$PY" scripts/bench_http_overhead.py --weights "$MODELS/qwen3-0.6b.gguf" --rows "${ROWS:-16,64}" \
+    --prompt-tokens "$PROMPT" --max-tokens "$TOKENS" --json "$RESULTS/http-overhead.json" \
+    2>&1 | grep -v ' INFO httpx' | tee "$RESULTS/http-overhead.md"
+}
+
+case "${1:-all}" in
+  models) models ;;
+  sweep) sweep "${2:-}" ;;
+  http) http ;;
+  all) models; for s in "${SIZES[@]}"; do sweep "$s"; done; http ;;
+  *) echo "usage: $0 models | sweep SIZE | http | all" >&2; exit 2 ;;
+esac
+ls -la "$RESULTS"

@@ -1,0 +1,152 @@
+"""kinfer and its peers on the same weights, in one run: the same sweep against each server in turn.
+
+    python scripts/bench_peers.py                                  # bundled SmolLM2 on this CPU
+    python scripts/bench_peers.py --gguf m.gguf --mlx-dir m/ --concurrency 1,4,16,64 --gpu
+
+Targets (`--targets`, default all whose weights are known):
+  kinfer-llama   kinfer --headless on the GGUF (llama.cpp engine)
+  llama-cpp      llama-cpp-python's own server on the same GGUF (one request at a time)
+  mlx-lm         mlx_lm.server on the HF folder
+  kinfer-mlx     kinfer --headless on the HF folder (MLX engine)
+
+Without --mlx-dir the MLX targets run on an f32 conversion of the GGUF (dequantized, as
+tests/fixtures/smollm_f32.py builds it), kept in --workdir. Servers run one at a time so they never
+compete for cores; every reply runs to --max-tokens (kinfer: ignore_eos; the peers: a -100 logit bias
+on the end-of-turn tokens), greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kinfer.bench import report
+from kinfer.bench.servers import LaunchedServer, start_kinfer, start_llama_cpp_server, start_mlx_lm_server
+from kinfer.bench.sweep import SweepConfig, SweepRun, run_sweep
+from kinfer.engines.llama_sizing import available_threads
+from kinfer.store.bundled import bundled_gguf
+
+TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx")
+LABELS = {
+    "kinfer-llama": "kinfer llama.cpp",
+    "llama-cpp": "llama-cpp-python server",
+    "mlx-lm": "mlx_lm.server",
+    "kinfer-mlx": "kinfer MLX",
+}
+
+
+def f32_folder(gguf: Path, workdir: Path) -> Path:
+    """The HF-style f32 folder of `gguf`, built once into `workdir` (about 10 s for SmolLM2)."""
+    from tests.fixtures.smollm_f32 import build_hf_dir
+
+    out = workdir / (gguf.stem + "-f32")
+    if not (out / "config.json").is_file():
+        print(f"converting {gguf.name} to an f32 HF folder in {out} ...", flush=True)
+        build_hf_dir(gguf, out)
+    return out
+
+
+def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
+    rows = max(args.concurrency)
+    ctx = int(args.prompt_tokens * 1.25) + args.max_tokens + 256
+    label = LABELS[name]
+    if name == "kinfer-llama":
+        return start_kinfer(
+            weights=args.gguf, parallel=rows, ctx=ctx, threads=args.threads, label=label, log_dir=logs
+        )
+    if name == "llama-cpp":
+        gpu_layers = -1 if args.gpu else 0
+        return start_llama_cpp_server(
+            args.gguf, ctx=ctx, threads=args.threads, gpu_layers=gpu_layers, log_dir=logs, label=label
+        )
+    if name == "mlx-lm":
+        return start_mlx_lm_server(args.mlx_dir, concurrency=rows, log_dir=logs, label=label)
+    return start_kinfer(weights=args.mlx_dir, parallel=rows, ctx=ctx, label=label, log_dir=logs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gguf", type=Path, help="GGUF for the llama.cpp targets (default: bundled SmolLM2)")
+    parser.add_argument("--mlx-dir", type=Path, help="HF folder for the MLX targets (default: f32 of --gguf)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma separated: " + ",".join(TARGETS))
+    parser.add_argument("--concurrency", default="1,4,8,16")
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--requests-per-level", type=int)
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all)")
+    parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "kinfer-bench")
+    parser.add_argument("--label-suffix", default="", help="appended to every label, e.g. ' (qwen3-0.6b)'")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path, help="also write the tables as markdown here")
+    args = parser.parse_args()
+    args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    args.threads = args.threads or available_threads()
+    args.gguf = args.gguf or bundled_gguf()
+    names = [t for t in args.targets.split(",") if t]
+    unknown = set(names) - set(TARGETS)
+    if unknown:
+        parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    if args.gguf is None and any(n in ("kinfer-llama", "llama-cpp") for n in names):
+        parser.error("no --gguf and the bundled model is not installed")
+    if args.mlx_dir is None and any(n in ("mlx-lm", "kinfer-mlx") for n in names):
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        args.mlx_dir = f32_folder(args.gguf, args.workdir)
+    config = SweepConfig(
+        concurrency=args.concurrency,
+        prompt_tokens=args.prompt_tokens,
+        max_tokens=args.max_tokens,
+        requests_per_level=args.requests_per_level,
+    )
+    logs = Path(tempfile.mkdtemp(prefix="kinfer-bench-logs-"))
+    print(f"machine: {report.machine_line()}", flush=True)
+    print(f"gguf: {args.gguf}\nmlx: {args.mlx_dir}\nlogs: {logs}", flush=True)
+    runs: list[SweepRun] = []
+    for name in names:
+        LABELS[name] += args.label_suffix
+        try:
+            with start(name, args, logs) as server:
+
+                def progress(level, label=server.target.label) -> None:
+                    print(f"  {label} c={level.concurrency}: {level.aggregate_tps:.1f} tok/s", flush=True)
+
+                # same tokenizer everywhere: a server that cannot be calibrated borrows the last one's sizing
+                fallback = next((r.sizer for r in reversed(runs) if r.sizer.calibrated), None)
+                runs.append(
+                    asyncio.run(run_sweep(server.target, config, on_level=progress, fallback_sizer=fallback))
+                )
+        except RuntimeError as exc:  # a peer that cannot start must not lose the others' numbers
+            print(f"{LABELS[name]}: {exc}", file=sys.stderr, flush=True)
+            continue
+        print(report.sweep_table(runs[-1]), flush=True)
+    if not runs:
+        return 1
+    command = "python scripts/bench_peers.py " + " ".join(sys.argv[1:])
+    blocks = [
+        f"Command: `{command}`",
+        f"Machine: {report.machine_line()}",
+        "Aggregate tok/s:\n\n" + report.comparison_table(runs, markdown=True),
+        "TTFT p50:\n\n" + report.comparison_table(runs, markdown=True, metric="ttft"),
+        *(report.sweep_table(run, markdown=True) for run in runs),
+    ]
+    print()
+    print(report.comparison_table(runs))
+    print()
+    print(report.plot(runs))
+    if args.markdown:
+        args.markdown.write_text("\n\n".join(blocks) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(report.report_json(runs, command=command), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
