@@ -23,6 +23,7 @@ _SOURCE = """
     const float NEG_INF = __int_as_float(0xff800000);
     constexpr int PD = D / 32;
     constexpr int PV = DV / 32;
+    constexpr int U = 2;  // positions per iteration: two loads in flight hide memory latency
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int row = blockIdx.y / HKV;
@@ -43,25 +44,42 @@ _SOURCE = """
         l[g] = 0.0f;
         for (int i = 0; i < PV; ++i) acc[g][i] = 0.0f;
     }
-    for (int p = lo + warp; p < hi; p += NW) {
-        const int blk = tables[row * width + p / BLOCK];
-        const size_t base = ((size_t)blk * HKV + kvh) * BLOCK + (p % BLOCK);
-        const T* kp = k + base * D + lane * PD;
-        const T* vp = v + base * DV + lane * PV;
-        float kr[PD];
-        float vr[PV];
-        for (int i = 0; i < PD; ++i) kr[i] = static_cast<float>(kp[i]);
-        for (int i = 0; i < PV; ++i) vr[i] = static_cast<float>(vp[i]);
+    for (int p0 = lo + warp * U; p0 < hi; p0 += NW * U) {
+        float kr[U][PD];
+        float vr[U][PV];
+        bool ok[U];
+        for (int u = 0; u < U; ++u) {
+            const int p = p0 + u;
+            ok[u] = p < hi;
+            if (ok[u]) {
+                const int blk = tables[row * width + p / BLOCK];
+                const size_t base = ((size_t)blk * HKV + kvh) * BLOCK + (p % BLOCK);
+                const T* kp = k + base * D + lane * PD;
+                const T* vp = v + base * DV + lane * PV;
+                for (int i = 0; i < PD; ++i) kr[u][i] = static_cast<float>(kp[i]);
+                for (int i = 0; i < PV; ++i) vr[u][i] = static_cast<float>(vp[i]);
+            }
+        }
         for (int g = 0; g < G; ++g) {
-            float s = 0.0f;
-            for (int i = 0; i < PD; ++i) s += qr[g][i] * kr[i];
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
-            const float mn = fmaxf(m[g], s);
-            const float c = __expf(m[g] - mn);
-            const float e = __expf(s - mn);
-            l[g] = l[g] * c + e;
-            for (int i = 0; i < PV; ++i) acc[g][i] = acc[g][i] * c + e * vr[i];
-            m[g] = mn;
+            float s[U];
+            for (int u = 0; u < U; ++u) {
+                s[u] = 0.0f;
+                if (ok[u]) {
+                    for (int i = 0; i < PD; ++i) s[u] += qr[g][i] * kr[u][i];
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                for (int u = 0; u < U; ++u) s[u] += __shfl_xor_sync(0xffffffff, s[u], o);
+            }
+            for (int u = 0; u < U; ++u) {
+                if (!ok[u]) continue;
+                const float mn = fmaxf(m[g], s[u]);
+                const float c = __expf(m[g] - mn);
+                const float e = __expf(s[u] - mn);
+                l[g] = l[g] * c + e;
+                for (int i = 0; i < PV; ++i) acc[g][i] = acc[g][i] * c + e * vr[u][i];
+                m[g] = mn;
+            }
         }
     }
     __shared__ float sm[NW][G];
@@ -75,28 +93,39 @@ _SOURCE = """
         for (int i = 0; i < PV; ++i) sacc[warp][g][lane * PV + i] = acc[g][i];
     }
     __syncthreads();
-    if (warp == 0) {
-        for (int g = 0; g < G; ++g) {
-            float top = NEG_INF;
-            for (int w = 0; w < NW; ++w) top = fmaxf(top, sm[w][g]);
-            float total = 0.0f;
-            float wt[NW];
-            for (int w = 0; w < NW; ++w) {
-                wt[w] = sm[w][g] == NEG_INF ? 0.0f : __expf(sm[w][g] - top);
-                total += sl[w][g] * wt[w];
-            }
-            T* op = out + ((size_t)(row * HKV + kvh) * G + g) * DV + lane * PV;
-            for (int i = 0; i < PV; ++i) {
-                float o = 0.0f;
-                for (int w = 0; w < NW; ++w) o += sacc[w][g][lane * PV + i] * wt[w];
-                op[i] = static_cast<T>(o / total);
-            }
+    // every warp finishes some of the G heads
+    for (int g = warp; g < G; g += NW) {
+        float top = NEG_INF;
+        for (int w = 0; w < NW; ++w) top = fmaxf(top, sm[w][g]);
+        float total = 0.0f;
+        float wt[NW];
+        for (int w = 0; w < NW; ++w) {
+            wt[w] = sm[w][g] == NEG_INF ? 0.0f : __expf(sm[w][g] - top);
+            total += sl[w][g] * wt[w];
+        }
+        T* op = out + ((size_t)(row * HKV + kvh) * G + g) * DV + lane * PV;
+        for (int i = 0; i < PV; ++i) {
+            float o = 0.0f;
+            for (int w = 0; w < NW; ++w) o += sacc[w][g][lane * PV + i] * wt[w];
+            op[i] = static_cast<T>(o / total);
         }
     }
 """
 
 _kernel = None
 _scales: dict[float, mx.array] = {}
+
+
+SHARED_MEMORY = 44 * 1024  # static shared memory per block stays under CUDA's 48 KB
+
+
+def _warps(group: int, dim_v: int) -> int:
+    """Warps per block: as many as the partial results' shared memory allows (more warps, shorter
+    dependent chains of loads per warp)."""
+    for warps in (16, 8, 4, 2):
+        if warps * group * (dim_v + 2) * 4 <= SHARED_MEMORY:
+            return warps
+    return 1
 
 
 def fused_decode_available(dim: int, dim_v: int, dtype: mx.Dtype) -> bool:
@@ -128,7 +157,7 @@ def paged_decode_attention(
     batch, q_heads, _, dim = queries.shape
     blocks, kv_heads, block, _ = keys.shape
     dim_v = values.shape[-1]
-    warps = 4 if batch * kv_heads >= 64 else 8
+    warps = _warps(q_heads // kv_heads, dim_v)
     scale_array = _scales.get(scale)
     if scale_array is None:
         scale_array = _scales[scale] = mx.array([scale], dtype=mx.float32)

@@ -60,7 +60,7 @@ class EngineWorker:
         self.name = name
         self._make_engine = make_engine
         self._callbacks = callbacks
-        self._call_soon = call_soon  # loop.call_soon_threadsafe
+        self._loop_call_soon = call_soon  # loop.call_soon_threadsafe
         self._queue_timeout = queue_timeout
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiting: deque[_Waiting] = deque()
@@ -88,6 +88,12 @@ class EngineWorker:
         return self._thread.is_alive()
 
     # ---- the engine thread ---------------------------------------------------------------
+
+    def _call_soon(self, callback: Callable[..., object], *args: object) -> None:
+        try:
+            self._loop_call_soon(callback, *args)
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening any more
+            self._inbox.put(Shutdown())
 
     def _run(self) -> None:
         try:
