@@ -82,7 +82,4 @@ def running_server(settings: Settings, *, engine_factory=None) -> Iterator[LiveS
         if shutdown is not None:
             loop.call_soon_threadsafe(shutdown.set)
         thread.join(30)
-        try:
-            sock.close()
-        except OSError:  # Hypercorn closed the listening socket already
-            pass
+        sock.detach()  # Hypercorn closed the fd already; closing it again could hit a reused number

@@ -60,7 +60,9 @@ def test_max_tokens_ends_the_row_with_length(engine):
 def test_a_row_that_fills_its_context_ends_with_length(make_engine):
     engine = make_engine(rows=1, ctx=256, prefix_cache=False)
     assert engine.info.context_length == 256
-    prompt = chat_prompt(engine, "Write a very long story about a dragon.")
+    # a long prompt leaves a few dozen cells for the reply
+    prompt = chat_prompt(engine, "Continue this story about a dragon: " + "The dragon flew on. " * 38)
+    assert 200 < len(prompt) < 256
     result = run_alone(engine, job("full", prompt, max_tokens=10_000, ignore_eos=True))
 
     assert result.finish == "length"
