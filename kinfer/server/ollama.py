@@ -1,4 +1,4 @@
-"""Ollama's native API (/api/*): chat, generate, model management, NDJSON streaming."""
+"""Ollama's native API (/api/*): routes for chat, generate and model management, NDJSON streaming."""
 
 from __future__ import annotations
 
@@ -9,28 +9,32 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 from quart import Blueprint, Response, jsonify
 
-from kinfer.chat.go_template import render_go_template
-from kinfer.errors import InvalidRequest, KinferError
+from kinfer.errors import KinferError
 from kinfer.protocol import (
-    ChatRequest,
     Delta,
     Done,
     ErrorEvent,
-    Message,
-    Sampling,
     ToolCall,
     ToolCallEvent,
-    ToolSpec,
 )
-from kinfer.scheduler import RequestStream, validate_request
+from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
+from kinfer.server.ollama_wire import (
+    ChatBody,
+    CopyBody,
+    GenerateBody,
+    KeepAlive,
+    NameBody,
+    keep_alive_seconds,
+    to_chat_request,
+    to_generate_request,
+)
 from kinfer.server.streaming import ndjson, streaming_response
-from kinfer.server.wire import WireModel, read_body
+from kinfer.server.wire import read_body
 
 log = logging.getLogger(__name__)
 
@@ -46,230 +50,6 @@ DONE_REASON = {
     "cancelled": "stop",
     "error": "stop",
 }
-
-
-# ---- wire schemas ---------------------------------------------------------------------------
-
-
-class Options(WireModel):
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    repeat_penalty: float | None = Field(default=None, ge=0)
-    repeat_last_n: int | None = Field(default=None, ge=-1)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    num_predict: int | None = None
-    seed: int | None = None
-    stop: list[str] | str | None = None
-    num_ctx: int | None = Field(default=None, ge=1)
-
-    def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_k=base.top_k if self.top_k is None else self.top_k,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-            min_p=base.min_p if self.min_p is None else self.min_p,
-            repeat_penalty=1.1 if self.repeat_penalty is None else self.repeat_penalty,  # Ollama's default
-            repeat_last_n=64 if self.repeat_last_n in (None, -1) else self.repeat_last_n,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
-            seed=self.seed,
-        )
-
-    def max_tokens(self) -> int | None:
-        # Ollama: -1 = until the context is full, -2 = fill the context; both mean "no limit" here
-        return None if self.num_predict is None or self.num_predict < 0 else max(1, self.num_predict)
-
-    def stops(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-
-class WireFunction(WireModel):
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-
-
-class WireToolCall(WireModel):
-    id: str | None = None
-    function: WireFunction
-
-
-class WireMessage(WireModel):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
-    thinking: str | None = None
-    images: list[str] | None = None
-    tool_calls: list[WireToolCall] | None = None
-    tool_name: str | None = None
-    tool_call_id: str | None = None
-
-
-class FunctionDef(WireModel):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-class WireTool(WireModel):
-    type: str = "function"
-    function: FunctionDef
-
-
-Think = bool | Literal["low", "medium", "high"] | None
-KeepAlive = str | float | int | None
-
-
-class ChatBody(WireModel):
-    model: str = ""
-    messages: list[WireMessage] = Field(default_factory=list)
-    tools: list[WireTool] | None = None
-    format: str | dict[str, Any] | None = None
-    options: Options = Field(default_factory=Options)
-    stream: bool = True
-    keep_alive: KeepAlive = None
-    think: Think = None
-
-
-class GenerateBody(WireModel):
-    model: str = ""
-    prompt: str = ""
-    suffix: str | None = None
-    system: str | None = None
-    template: str | None = None
-    raw: bool = False
-    images: list[str] | None = None
-    format: str | dict[str, Any] | None = None
-    options: Options = Field(default_factory=Options)
-    stream: bool = True
-    keep_alive: KeepAlive = None
-    think: Think = None
-    context: list[int] | None = None
-
-
-class NameBody(WireModel):
-    model: str | None = None
-    name: str | None = None
-    verbose: bool = False
-    stream: bool = True
-    insecure: bool = False
-
-    def target(self) -> str:
-        value = self.model or self.name
-        if not value:
-            raise InvalidRequest("model is required")
-        return value
-
-
-class CopyBody(WireModel):
-    source: str
-    destination: str
-
-
-# ---- translation ------------------------------------------------------------------------------
-
-
-def keep_alive_seconds(value: KeepAlive) -> float | None:
-    if value is None or value == "":
-        return None
-    from kinfer.config import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise InvalidRequest(f"keep_alive: {exc}") from None
-
-
-def think_fields(think: Think) -> tuple[bool | None, Any]:
-    if think is None:
-        return None, None
-    if isinstance(think, bool):
-        return think, None
-    return True, think
-
-
-def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> None:
-    if fmt not in (None, ""):
-        raise InvalidRequest("format: structured output is not supported by kinfer yet")
-    if images:
-        raise InvalidRequest("images: this model reads text only")
-
-
-def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
-    if not body.messages:
-        raise InvalidRequest("messages must not be empty")
-    check_format(body.format, None)
-    messages = []
-    for m in body.messages:
-        check_format(None, m.images)
-        calls = tuple(
-            ToolCall(
-                id=c.id or f"call_{uuid.uuid4().hex[:24]}",
-                name=c.function.name,
-                arguments=c.function.arguments,
-            )
-            for c in m.tool_calls or ()
-        )
-        messages.append(
-            Message(
-                role=m.role,
-                content=m.content,
-                thinking=m.thinking,
-                tool_calls=calls,
-                tool_call_id=m.tool_call_id,
-                name=m.tool_name,
-            )
-        )
-    think, level = think_fields(body.think)
-    tools = tuple(
-        ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or ()
-    )
-    request = ChatRequest(
-        model=body.model,
-        messages=tuple(messages),
-        tools=tools,
-        sampling=body.options.sampling(),
-        max_tokens=body.options.max_tokens(),
-        stop=body.options.stops(),
-        think=think,
-        think_level=level,
-        keep_alive=keep_alive_seconds(body.keep_alive),
-        num_ctx=body.options.num_ctx,
-        dialect="ollama",
-        request_id=request_id,
-    )
-    validate_request(request)
-    return request
-
-
-def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:
-    check_format(body.format, body.images)
-    if body.suffix:
-        raise InvalidRequest("suffix: fill-in-the-middle is not supported")
-    think, level = think_fields(body.think)
-    common = dict(
-        model=body.model,
-        sampling=body.options.sampling(),
-        max_tokens=body.options.max_tokens(),
-        stop=body.options.stops(),
-        think=think,
-        think_level=level,
-        keep_alive=keep_alive_seconds(body.keep_alive),
-        num_ctx=body.options.num_ctx,
-        dialect="ollama",
-        request_id=request_id,
-    )
-    if body.raw:
-        return ChatRequest(raw_prompt=body.prompt, **common)
-    if body.template:
-        prompt = render_go_template(body.template, system=body.system or "", prompt=body.prompt)
-        return ChatRequest(raw_prompt=prompt, **common)
-    messages = ((Message("system", body.system),) if body.system else ()) + (Message("user", body.prompt),)
-    return ChatRequest(messages=messages, **common)
 
 
 # ---- rendering --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions, legacy Completions and Models: wire schemas, translation, rendering."""
+"""OpenAI Chat Completions, legacy Completions and Models: routes and rendering of events."""
 
 from __future__ import annotations
 
@@ -7,29 +7,25 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 from quart import Blueprint, Response, jsonify
 
-from kinfer.errors import InvalidRequest, KinferError
+from kinfer.errors import KinferError
 from kinfer.protocol import (
-    ChatRequest,
     Delta,
     Done,
     ErrorEvent,
     FinishReason,
-    Message,
-    Sampling,
     ToolCall,
     ToolCallEvent,
-    ToolSpec,
     Usage,
 )
-from kinfer.scheduler import RequestStream, validate_request
+from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
+from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import WireModel, read_body
+from kinfer.server.wire import read_body
 
 log = logging.getLogger(__name__)
 
@@ -43,237 +39,6 @@ FINISH: dict[FinishReason, str] = {
     "cancelled": "stop",
     "error": "stop",
 }
-EFFORT_LEVELS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
-
-
-# ---- wire schemas ---------------------------------------------------------------------------
-
-
-class FunctionCall(WireModel):
-    name: str
-    arguments: str | dict[str, Any] = "{}"
-
-
-class WireToolCall(WireModel):
-    id: str = ""
-    type: str = "function"
-    function: FunctionCall
-
-
-class ContentPart(WireModel):
-    type: str
-    text: str | None = None
-
-
-class WireMessage(WireModel):
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[WireToolCall] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
-
-
-class FunctionDef(WireModel):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-class WireTool(WireModel):
-    type: str = "function"
-    function: FunctionDef | None = None
-
-
-class StreamOptions(WireModel):
-    include_usage: bool = False
-
-
-class SamplingFields(WireModel):
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    repeat_penalty: float | None = Field(default=None, ge=0)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int | None = None
-    logprobs: bool | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    ignore_eos: bool = False  # llama.cpp extension, used by benchmarks
-
-    def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_k=base.top_k if self.top_k is None else self.top_k,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-            min_p=base.min_p if self.min_p is None else self.min_p,
-            repeat_penalty=base.repeat_penalty if self.repeat_penalty is None else self.repeat_penalty,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
-            seed=self.seed,
-        )
-
-    def stops(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if len(stops) > 16:
-            raise InvalidRequest("stop: at most 16 stop sequences")
-        return stops
-
-    def check_common(self) -> None:
-        if self.n is not None and self.n != 1:
-            raise InvalidRequest("n: kinfer generates one choice per request; send n=1 or omit it")
-        if self.logprobs:
-            raise InvalidRequest("logprobs: not supported by kinfer")
-
-
-class ChatCompletionRequest(SamplingFields):
-    model: str = ""
-    messages: list[WireMessage]
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    tools: list[WireTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    reasoning_effort: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-
-
-class CompletionRequest(SamplingFields):
-    model: str = ""
-    prompt: str | list[str]
-    max_tokens: int | None = Field(default=16, ge=1)
-    echo: bool = False
-    suffix: str | None = None
-
-
-# ---- wire -> ChatRequest ----------------------------------------------------------------------
-
-
-def content_text(content: str | list[ContentPart] | None) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    texts = []
-    for part in content:
-        if part.type in ("text", "input_text", "output_text"):
-            texts.append(part.text or "")
-        elif part.type in ("image_url", "input_image", "image", "input_audio", "file"):
-            raise InvalidRequest(f"content part of type {part.type!r}: this model reads text only")
-        else:
-            raise InvalidRequest(f"unknown content part type {part.type!r}")
-    return "".join(texts)
-
-
-def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        raise InvalidRequest(f"tool call arguments are not valid JSON: {arguments[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest("tool call arguments must be a JSON object")
-    return value
-
-
-def to_messages(wire: list[WireMessage]) -> tuple[Message, ...]:
-    names_by_call: dict[str, str] = {}
-    messages = []
-    for m in wire:
-        role = {"developer": "system", "function": "tool"}.get(m.role, m.role)
-        calls = tuple(
-            ToolCall(
-                id=c.id or f"call_{uuid.uuid4().hex[:24]}",
-                name=c.function.name,
-                arguments=parse_arguments(c.function.arguments),
-            )
-            for c in m.tool_calls or ()
-        )
-        for call in calls:
-            names_by_call[call.id] = call.name
-        name = m.name
-        if role == "tool" and not name and m.tool_call_id:
-            name = names_by_call.get(m.tool_call_id)
-        messages.append(
-            Message(
-                role=role,  # type: ignore[arg-type]
-                content=content_text(m.content),
-                thinking=m.reasoning_content or m.reasoning,
-                tool_calls=calls,
-                tool_call_id=m.tool_call_id,
-                name=name,
-            )
-        )
-    return tuple(messages)
-
-
-def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
-    tools = []
-    for tool in wire or ():
-        if tool.type != "function" or tool.function is None:
-            log.info("dropping tool of type %r: only function tools are served", tool.type)
-            continue
-        f = tool.function
-        tools.append(ToolSpec(name=f.name, description=f.description, parameters=f.parameters))
-    return tuple(tools)
-
-
-def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
-    if choice is None:
-        return "auto"
-    if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
-        return choice
-    function = choice.get("function") or {}
-    name = function.get("name") if isinstance(function, dict) else None
-    if not name:
-        raise InvalidRequest("tool_choice: give {'type': 'function', 'function': {'name': ...}}")
-    return str(name)
-
-
-def think_from(effort: str | None, template_kwargs: dict[str, Any] | None) -> tuple[bool | None, Any]:
-    if template_kwargs and "enable_thinking" in template_kwargs:
-        return bool(template_kwargs["enable_thinking"]), None
-    if effort is None:
-        return None, None
-    if effort == "none":
-        return False, None
-    if effort not in EFFORT_LEVELS:
-        raise InvalidRequest("reasoning_effort must be one of none, minimal, low, medium, high")
-    return True, EFFORT_LEVELS[effort]
-
-
-def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
-    wire.check_common()
-    if wire.response_format and wire.response_format.get("type") not in (None, "text"):
-        raise InvalidRequest("response_format: only 'text' is supported")
-    think, level = think_from(wire.reasoning_effort, wire.chat_template_kwargs)
-    tools = to_tools(wire.tools)
-    choice = tool_choice_name(wire.tool_choice)
-    request = ChatRequest(
-        model=wire.model,
-        messages=to_messages(wire.messages),
-        tools=() if choice == "none" else tools,
-        tool_choice=choice,
-        sampling=wire.sampling(),
-        max_tokens=wire.max_completion_tokens or wire.max_tokens,
-        stop=wire.stops(),
-        think=think,
-        think_level=level,
-        ignore_eos=wire.ignore_eos,
-        dialect="openai",
-        request_id=request_id,
-    )
-    validate_request(request)
-    return request
 
 
 # ---- events -> wire ---------------------------------------------------------------------------
@@ -404,25 +169,6 @@ async def chat_completions() -> Response:
         return jsonify(await chat_completion_body(stream, completion_id, model))
     finally:
         stream.cancel()
-
-
-def completion_request(wire: CompletionRequest, request_id: str) -> ChatRequest:
-    wire.check_common()
-    prompts = [wire.prompt] if isinstance(wire.prompt, str) else wire.prompt
-    if len(prompts) != 1:
-        raise InvalidRequest("prompt: send one prompt per request")
-    if wire.suffix:
-        raise InvalidRequest("suffix: fill-in-the-middle is not supported")
-    return ChatRequest(
-        model=wire.model,
-        raw_prompt=prompts[0],
-        sampling=wire.sampling(),
-        max_tokens=wire.max_tokens,
-        stop=wire.stops(),
-        ignore_eos=wire.ignore_eos,
-        dialect="openai",
-        request_id=request_id,
-    )
 
 
 async def completion_stream(
