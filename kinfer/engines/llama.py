@@ -1,10 +1,13 @@
 """The llama.cpp engine: GGUF models, continuous batching over one llama.cpp context.
 
 One context holds `rows` sequence ids for replies plus one pool slot per row for saved prompts
-(see llama_pool.py). Each `step` is one `llama_decode` carrying every generating row's next token and
-then chunks of waiting prompts, up to a token budget; logits are requested only where a token is
-sampled. Each row samples with its own llama.cpp sampler chain. A row is freed the moment it
+(see llama_pool.py), each with its own KV stream. Each `step` is one forward pass (`llama_decode`)
+carrying every generating row's next token, then chunks of waiting prompts up to the step's token
+budget (each chunk in a decode call of its own: see `step`); logits are computed only where a token
+is sampled. Each row samples with its own llama.cpp sampler chain. A row is freed the moment it
 finishes or is cancelled, and only its own cells are dropped, so the next job can take it at once.
+A batched row, a chunked prompt and a prompt adopted from the pool all reproduce the solo cold
+run's tokens exactly (see `_chunk_end` and llama_native.create_context for what that takes).
 
 Everything here runs on the scheduler's engine thread, which also builds the engine.
 """
@@ -146,7 +149,7 @@ class LlamaEngine:
             train_context_length=facts.train_context,
         )
         self._rows: dict[str, _Row] = {}
-        self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see _take_seq)
+        self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
         self._closed = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,6 @@ import llama_cpp as lib
 from kinfer.errors import EngineFailure
 from kinfer.protocol import Sampling
 
-log = logging.getLogger(__name__)
 native_log = logging.getLogger("kinfer.llama_cpp")
 
 # ggml_log_level values (ggml.h)
@@ -29,32 +29,33 @@ BYTES_PER_KV_VALUE = 2  # the context's default K/V cache type is f16
 
 class _LogRouter:
     """Collects llama.cpp's log fragments into lines for `native_log` (llama.cpp writes to stderr
-    otherwise, which would scribble over the dashboard)."""
+    otherwise, which would scribble over the dashboard). Each engine thread has its own line."""
 
     def __init__(self) -> None:
-        self._parts: list[str] = []
-        self._level = logging.DEBUG
-        self._keep = False
+        self._line = threading.local()
         # the C side keeps only the function pointer: this object must outlive every model
         self.callback = lib.llama_log_callback(self._on_log)
 
     def _on_log(self, level: int, text: bytes | None, _user_data: object) -> None:
-        if level != _LEVEL_CONT:
+        line = self._line
+        if level != _LEVEL_CONT or not hasattr(line, "parts"):
             self._flush()
-            self._level = _PY_LEVEL.get(level, logging.DEBUG)
+            line.parts = []
+            line.level = _PY_LEVEL.get(level, logging.DEBUG)
             # llama.cpp logs a few debug lines per decode: drop them early unless someone listens
-            self._keep = native_log.isEnabledFor(self._level)
-        if not self._keep:
+            line.keep = native_log.isEnabledFor(line.level)
+        if not line.keep:
             return
-        self._parts.append((text or b"").decode("utf-8", errors="replace"))
-        if self._parts[-1].endswith("\n"):
+        line.parts.append((text or b"").decode("utf-8", errors="replace"))
+        if line.parts[-1].endswith("\n"):
             self._flush()
 
     def _flush(self) -> None:
-        line = "".join(self._parts).rstrip()
-        self._parts.clear()
-        if line:
-            native_log.log(self._level, "%s", line)
+        line = self._line
+        text = "".join(getattr(line, "parts", ())).rstrip()
+        line.parts = []
+        if text:
+            native_log.log(line.level, "%s", text)
 
 
 _router: _LogRouter | None = None

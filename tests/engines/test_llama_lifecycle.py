@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from kinfer.engines.llama import LlamaEngine
 from kinfer.errors import EngineFailure
 from tests.engines.llama_fixtures import chat_prompt, job, make_engine
 
@@ -36,3 +37,13 @@ def test_close_is_final_and_safe_to_repeat(make_engine):
         engine.tokenize("hello")
     with pytest.raises(EngineFailure):
         engine.submit(job("late", (1, 2, 3)))
+
+
+def test_a_file_llama_cpp_cannot_load_is_an_engine_failure(tmp_path):
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("this is not a model")
+
+    with pytest.raises(EngineFailure):
+        LlamaEngine(not_gguf, name="broken")
+    with pytest.raises(EngineFailure):
+        LlamaEngine(tmp_path / "missing.gguf", name="missing")

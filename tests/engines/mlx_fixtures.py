@@ -1,0 +1,158 @@
+"""Fixtures and helpers for the MLX engine tests: tiny random-weight model directories (built once per
+session), mlx-lm's own single-sequence greedy decoding as the reference, and a driver that runs jobs
+through an engine the way the scheduler does.
+
+Import into a test module with `from tests.engines.mlx_fixtures import *`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kinfer.engines.base import GenerationJob, JobUpdate
+from kinfer.engines.mlx import MlxEngine
+from kinfer.protocol import Sampling
+from tests.fixtures.tiny_mlx import build_tiny_model
+
+__all__ = [
+    "GREEDY",
+    "JobResult",
+    "chat",
+    "job",
+    "make_mlx",
+    "mlx_lm_greedy",
+    "run_alone",
+    "run_jobs",
+    "tiny_llama",
+    "tiny_models",
+    "tiny_qwen3",
+    "tiny_qwen35",
+]
+
+GREEDY = Sampling(temperature=0.0)
+
+
+@dataclass
+class JobResult:
+    """Everything the engine reported for one job."""
+
+    text: str = ""
+    new_tokens: int = 0
+    finish: str | None = None
+    prompt_processed: int = 0
+    reused_tokens: int = 0
+    updates: list[JobUpdate] = field(default_factory=list)
+
+
+def chat(user: str, *, system: str | None = None, history: str = "") -> str:
+    """A ChatML prompt for one user turn after `history` (already rendered)."""
+    text = f"<|im_start|>system\n{system}<|im_end|>\n" if system and not history else ""
+    return text + history + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def job(job_id: str, prompt: Sequence[int], max_tokens: int = 16, **kw) -> GenerationJob:
+    kw.setdefault("sampling", GREEDY)
+    return GenerationJob(job_id=job_id, prompt=tuple(prompt), max_tokens=max_tokens, **kw)
+
+
+def run_jobs(
+    engine: MlxEngine,
+    jobs: Sequence[GenerationJob],
+    *,
+    on_step: Callable[[int, dict[str, JobResult]], None] | None = None,
+    max_steps: int = 5_000,
+) -> dict[str, JobResult]:
+    """Run the jobs to completion as the scheduler would: submit in order while a row is free, step
+    while there is work. Checks the protocol on the way: one final update per job, nothing after it."""
+    queue = list(jobs)
+    results: dict[str, JobResult] = {j.job_id: JobResult() for j in jobs}
+    steps = 0
+    while queue or engine.has_work:
+        while queue and engine.free_rows > 0:
+            engine.submit(queue.pop(0))
+        for update in engine.step():
+            result = results.setdefault(update.job_id, JobResult())
+            assert result.finish is None, f"{update.job_id} got an update after finishing"
+            result.updates.append(update)
+            result.text += update.text
+            result.new_tokens += update.new_tokens
+            result.prompt_processed = max(result.prompt_processed, update.prompt_processed)
+            result.reused_tokens = update.reused_tokens or result.reused_tokens
+            result.finish = update.finish
+        steps += 1
+        if on_step is not None:
+            on_step(steps, results)
+        assert steps < max_steps, "the engine did not finish"
+    unfinished = [k for k, r in results.items() if r.finish is None]
+    assert not unfinished, f"jobs never finished: {unfinished}"
+    return results
+
+
+def run_alone(engine: MlxEngine, one: GenerationJob) -> JobResult:
+    return run_jobs(engine, [one])[one.job_id]
+
+
+@cache
+def _mlx_lm(path: Path):
+    import mlx_lm
+
+    return mlx_lm.load(str(path))
+
+
+def mlx_lm_greedy(path: Path, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], str]:
+    """mlx-lm's own single-sequence greedy tokens (stream_generate, argmax sampler) and their text."""
+    from mlx_lm import stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    model, tokenizer = _mlx_lm(Path(path))
+    tokens = [
+        r.token
+        for r in stream_generate(model, tokenizer, list(prompt), max_tokens=max_tokens, sampler=make_sampler(0.0))
+    ]
+    # stream_generate reports the EOS token that ended generation; the reply does not include it
+    if tokens and tokens[-1] in tokenizer.eos_token_ids:
+        tokens = tokens[:-1]
+    return tokens, tokenizer.decode(tokens)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-mlx")
+    return {arch: build_tiny_model(root / arch, arch) for arch in ("llama", "qwen3", "qwen3_5")}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["qwen3"]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["qwen3_5"]
+
+
+@pytest.fixture
+def make_mlx() -> Iterator[Callable[..., MlxEngine]]:
+    """Builds MlxEngines (4 rows x 512 tokens by default) and closes them after the test."""
+    engines: list[MlxEngine] = []
+
+    def make(path: Path, **kw) -> MlxEngine:
+        kw.setdefault("rows", 4)
+        kw.setdefault("ctx", 512)
+        engine = MlxEngine(path, name=Path(path).name, **kw)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
