@@ -1,7 +1,7 @@
 """Aggregate decode speed of kinfer's MLX engine vs mlx-lm's BatchGenerator, on the same random weights.
 
-    python scripts/bench_mlx_engine.py                       # qwen3-0.6b and qwen3.5-0.8b shapes, 1/4/16/64 rows
-    python scripts/bench_mlx_engine.py --tiny                # seconds on a CPU: a smoke test of the script
+    python scripts/bench_mlx_engine.py            # qwen3-0.6b and qwen3.5-0.8b shapes, 1/4/16/64 rows
+    python scripts/bench_mlx_engine.py --tiny     # seconds on a CPU: a smoke test of the script
     python scripts/bench_mlx_engine.py --sizes qwen3-0.6b --rows 64 --tokens 256 --json out.json
 
 Random bf16 weights in the real models' shapes (tok/s does not depend on the values), a word-level
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kinfer.engines import mlx_blas  # noqa: E402,F401  (before mlx)
+import mlx.core as mx
 
-import mlx.core as mx  # noqa: E402
+from kinfer.engines import mlx_blas  # noqa: F401  (before mlx)
 
 SHAPES = {
     # numbers from the models' config.json
@@ -73,13 +73,34 @@ SHAPES = {
     },
 }
 TINY = {
-    "qwen3-0.6b": {**SHAPES["qwen3-0.6b"], "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512},
-    "qwen3.5-0.8b": {**SHAPES["qwen3.5-0.8b"], "text_config": {
-        **SHAPES["qwen3.5-0.8b"]["text_config"], "hidden_size": 64, "num_hidden_layers": 4,
-        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-        "vocab_size": 512, "full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-        "linear_key_head_dim": 16, "linear_value_head_dim": 16}},
+    "qwen3-0.6b": {
+        **SHAPES["qwen3-0.6b"],
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 512,
+    },
+    "qwen3.5-0.8b": {
+        **SHAPES["qwen3.5-0.8b"],
+        "text_config": {
+            **SHAPES["qwen3.5-0.8b"]["text_config"],
+            "hidden_size": 64,
+            "num_hidden_layers": 4,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "vocab_size": 512,
+            "full_attention_interval": 2,
+            "linear_num_key_heads": 2,
+            "linear_num_value_heads": 4,
+            "linear_key_head_dim": 16,
+            "linear_value_head_dim": 16,
+        },
+    },
 }
 
 
@@ -94,7 +115,9 @@ def build_model_dir(out: Path, config: dict, dtype: str) -> Path:
     mx.random.seed(0)
     model = model_class(args_class.from_dict(config))
     target = getattr(mx, dtype)
-    weights = {k: (v if k.endswith("A_log") else v.astype(target)) for k, v in tree_flatten(model.parameters())}
+    weights = {
+        k: (v if k.endswith("A_log") else v.astype(target)) for k, v in tree_flatten(model.parameters())
+    }
     mx.eval(weights)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
     del model, weights
@@ -126,7 +149,9 @@ def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int) -> dict:
     def run(max_tokens: int) -> tuple[float, int]:
         for i, p in enumerate(prompts):
             engine.submit(
-                GenerationJob(f"r{i}", tuple(p), Sampling(temperature=0.0), max_tokens=max_tokens, ignore_eos=True)
+                GenerationJob(
+                    f"r{i}", tuple(p), Sampling(temperature=0.0), max_tokens=max_tokens, ignore_eos=True
+                )
             )
         started: set[str] = set()
         t0, counted = None, 0
@@ -185,21 +210,26 @@ def bench_mlx_lm(path: Path, prompts: list[list[int]], tokens: int) -> dict:
     mx.reset_peak_memory()
     seconds, counted = run(tokens)
     peak = mx.get_peak_memory()
-    del model
     mx.clear_cache()
     return {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="qwen3-0.6b,qwen3.5-0.8b", help="comma separated: " + ",".join(SHAPES))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes", default="qwen3-0.6b,qwen3.5-0.8b", help="comma separated: " + ",".join(SHAPES)
+    )
     parser.add_argument("--rows", default="1,4,16,64", help="comma separated row counts")
     parser.add_argument("--tokens", type=int, default=256, help="tokens generated per row")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per row")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     parser.add_argument("--engines", default="kinfer,mlx-lm", help="which to run: kinfer, mlx-lm")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the model directories here (default: a temp dir)")
     args = parser.parse_args()
 
@@ -211,11 +241,18 @@ def main() -> int:
     sizes = [s for s in args.sizes.split(",") if s]
     row_counts = [int(r) for r in args.rows.split(",") if r]
     engines = [e for e in args.engines.split(",") if e]
-    results = {"device": str(mx.default_device()), "dtype": args.dtype, "prompt": args.prompt,
-               "tokens": args.tokens, "runs": []}
+    results = {
+        "device": str(mx.default_device()),
+        "dtype": args.dtype,
+        "prompt": args.prompt,
+        "tokens": args.tokens,
+        "runs": [],
+    }
     print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
     with contextlib.ExitStack() as stack:
-        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kinfer-bench-")))
+        workdir = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="kinfer-bench-"))
+        )
         for size in sizes:
             config = shapes[size]
             path = build_model_dir(workdir / size, config, args.dtype)
@@ -228,7 +265,8 @@ def main() -> int:
                     row[engine] = bench(path, prompts, args.tokens)
                 results["runs"].append(row)
                 cells = "  ".join(
-                    f"{e} {row[e]['tok_s']:8.1f} tok/s (peak {row[e]['peak_bytes'] / 2**30:.2f} GiB)" for e in engines
+                    f"{e} {row[e]['tok_s']:8.1f} tok/s (peak {row[e]['peak_bytes'] / 2**30:.2f} GiB)"
+                    for e in engines
                 )
                 ratio = ""
                 if "kinfer" in row and "mlx-lm" in row and row["mlx-lm"]["tok_s"]:

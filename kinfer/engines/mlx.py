@@ -16,16 +16,28 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 
 from __future__ import annotations
 
-from kinfer.engines import mlx_blas  # noqa: F401  (must precede the first `import mlx`)
+# mlx_blas must be imported before the first `import mlx` (see its docstring)
+from kinfer.engines import mlx_blas
+
+# isort: split
 
 import logging
+import os
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
-from kinfer.engines.mlx_kv import BLOCK, BlockAllocator, PagedKV, PagedLayer, PassLayout, install_attention_hook
+from kinfer.engines.mlx_fuse import fuse_projections
+from kinfer.engines.mlx_kv import (
+    BLOCK,
+    BlockAllocator,
+    PagedKV,
+    PagedLayer,
+    PassLayout,
+    install_attention_hook,
+)
 from kinfer.engines.mlx_model import load_weights, read_model_directory
 from kinfer.engines.mlx_prefix import PrefixPool
 from kinfer.engines.mlx_rows import Row, StepBatch
@@ -65,7 +77,14 @@ class MlxEngine:
         self._tokenizer = MlxTokenizer(path)
         directory = read_model_directory(path, self._tokenizer.config, self._tokenizer.eos_id)
         self._model = load_weights(path)
+        if os.environ.get("KINFER_MLX_FUSE_PROJECTIONS", "1" if gpu else "0") == "1":
+            # on a GPU the host-side cost of each matrix product dominates small batches (mlx_fuse)
+            log.debug("fused %d projection groups", fuse_projections(self._model))
         install_attention_hook()
+        from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+        # Metal: keep the weights wired (as mlx-lm's generators do); no-op elsewhere
+        self._old_wired_limit = maybe_set_recommended_wired_limit()
         self._layers = plan_layers(self._model, directory.model_type)
         self._paged = [layer for layer in self._layers if isinstance(layer, PagedLayer)]
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
@@ -98,11 +117,14 @@ class MlxEngine:
 
         self._alloc = BlockAllocator()
         self._pool = (
-            PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent)) if prefix_cache else None
+            PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent))
+            if prefix_cache
+            else None
         )
         self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
         self._grow(self.plan.initial_blocks)
-        self._history: mx.array | None = None  # [rows, PENALTY_WINDOW_MAX] recent tokens, when penalties are used
+        # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
+        self._history: mx.array | None = None
         self._rows: dict[str, Row] = {}
         self._slots: list[Row | None] = [None] * self.plan.rows
         self._order = 0
@@ -143,6 +165,8 @@ class MlxEngine:
             raise InvalidRequest("empty prompt")
         if len(job.prompt) > self.plan.ctx:
             raise PromptTooLong(f"prompt of {len(job.prompt)} tokens; a row holds {self.plan.ctx}")
+        if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
+            raise InvalidRequest("prompt has token ids outside the vocabulary")
         if job.max_tokens <= 0:
             self._finished_early.append(JobUpdate(job.job_id, finish="length"))
             return
@@ -219,6 +243,9 @@ class MlxEngine:
         self._paged = []
         self._model = None
         self._history = None
+        if self._old_wired_limit is not None:
+            mx.set_wired_limit(self._old_wired_limit)
+            self._old_wired_limit = None
         mx.clear_cache()
 
     # ---- one step -------------------------------------------------------------------------
@@ -256,7 +283,8 @@ class MlxEngine:
         history = None
         if plan.sampling.penalties and self._history is not None:
             history = self._history if plan.state_rows is None else self._history[plan.state_rows]
-        counters = mx.array(layout.starts.astype(np.uint32))
+        # the draw's random number comes from (seed, position): a row's draws ignore the rest of the batch
+        counters = None if plan.sampling.all_greedy else mx.array(layout.starts.astype(np.uint32))
         tokens = sample(logits, plan.sampling, counters, history)
         if history is not None:
             updated = mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
@@ -406,8 +434,9 @@ class MlxEngine:
         except EngineFailure:
             raise
         except Exception as exc:
+            arch = self.info.architecture
             raise EngineFailure(
-                f"{self.info.architecture}: this architecture does not run on kinfer's batched MLX caches ({exc})"
+                f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
             ) from exc
 
 

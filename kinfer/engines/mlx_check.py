@@ -8,6 +8,10 @@ per-row positions break, fails here at load rather than producing wrong text lat
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import mlx.core as mx
 import numpy as np
 
@@ -43,7 +47,9 @@ def check_engine_layers(engine) -> None:
         layout = PassLayout(table, starts, 1, decode=True)
         inputs = mx.array([tokens[-1], tokens[0]][: len(slots)])
         rows = mx.array(np.array(slots, dtype=np.int32))
-        logits = engine._model(inputs[:, None], cache=engine._views(layout, rows))[:, -1, :].astype(mx.float32)
+        logits = engine._model(inputs[:, None], cache=engine._views(layout, rows))[:, -1, :].astype(
+            mx.float32
+        )
         expected = mx.stack([reference[-1], reference[0]][: len(slots)])
         diff = mx.abs(logits - expected).max().item()
         scale = mx.abs(expected).max().item()

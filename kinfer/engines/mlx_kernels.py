@@ -12,6 +12,10 @@ sinks; set KINFER_MLX_FUSED_DECODE=0 to force the portable path.
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import logging
 import os
 
@@ -113,7 +117,6 @@ _SOURCE = """
 """
 
 _kernel = None
-_scales: dict[float, mx.array] = {}
 
 
 SHARED_MEMORY = 44 * 1024  # static shared memory per block stays under CUDA's 48 KB
@@ -128,24 +131,35 @@ def _warps(group: int, dim_v: int) -> int:
     return 1
 
 
+_cuda: bool | None = None
+_calls: dict[tuple, dict] = {}
+
+
 def fused_decode_available(dim: int, dim_v: int, dtype: mx.Dtype) -> bool:
-    if os.environ.get("KINFER_MLX_FUSED_DECODE", "1") == "0":
-        return False
-    if not (hasattr(mx, "cuda") and mx.cuda.is_available() and mx.default_device() == mx.gpu):
-        return False
-    return dim % 32 == 0 and dim_v % 32 == 0 and dtype in (mx.float32, mx.float16, mx.bfloat16)
+    global _cuda
+    if _cuda is None:
+        _cuda = (
+            os.environ.get("KINFER_MLX_FUSED_DECODE", "1") != "0"
+            and hasattr(mx, "cuda")
+            and mx.cuda.is_available()
+            and mx.default_device() == mx.gpu
+        )
+    return _cuda and dim % 32 == 0 and dim_v % 32 == 0 and dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 
 def paged_decode_attention(
     queries: mx.array,
     keys: mx.array,
     values: mx.array,
+    kv_heads: int,
+    block: int,
     tables: mx.array,
     bounds: mx.array,
     scale: float,
 ) -> mx.array:
-    """queries [B, Hq, 1, D]; keys/values pools [blocks, Hkv, BLOCK, D]; tables [B, W] int32 block ids;
-    bounds [B, 2] int32 = the positions [lo, hi) each row attends to. Returns [B, Hq, 1, Dv]."""
+    """queries [B, Hq, 1, D]; keys / values: the flat pools [blocks * kv_heads * block, D]; tables [B, W]
+    int32 block ids (`block` tokens each); bounds [B, 2] int32: the positions [lo, hi) each row attends to.
+    Returns [B, Hq, 1, Dv]."""
     global _kernel
     if _kernel is None:
         _kernel = mx.fast.cuda_kernel(
@@ -155,25 +169,31 @@ def paged_decode_attention(
             source=_SOURCE,
         )
     batch, q_heads, _, dim = queries.shape
-    blocks, kv_heads, block, _ = keys.shape
     dim_v = values.shape[-1]
-    warps = _warps(q_heads // kv_heads, dim_v)
-    scale_array = _scales.get(scale)
-    if scale_array is None:
-        scale_array = _scales[scale] = mx.array([scale], dtype=mx.float32)
+    key = (queries.dtype, dim, dim_v, q_heads, kv_heads, block, scale)
+    call = _calls.get(key)
+    if call is None:
+        # the template list and launch shape depend only on the layer: build them once
+        warps = _warps(q_heads // kv_heads, dim_v)
+        call = _calls[key] = {
+            "template": [
+                ("T", queries.dtype),
+                ("D", dim),
+                ("DV", dim_v),
+                ("G", q_heads // kv_heads),
+                ("HKV", kv_heads),
+                ("BLOCK", block),
+                ("NW", warps),
+            ],
+            "threadgroup": (32 * warps, 1, 1),
+            "scale": mx.array([scale], dtype=mx.float32),
+            "warps": warps,
+        }
     (out,) = _kernel(
-        inputs=[queries, keys, values, tables, bounds, scale_array],
-        template=[
-            ("T", queries.dtype),
-            ("D", dim),
-            ("DV", dim_v),
-            ("G", q_heads // kv_heads),
-            ("HKV", kv_heads),
-            ("BLOCK", block),
-            ("NW", warps),
-        ],
-        grid=(32 * warps, batch * kv_heads, 1),
-        threadgroup=(32 * warps, 1, 1),
+        inputs=[queries, keys, values, tables, bounds, call["scale"]],
+        template=call["template"],
+        grid=(32 * call["warps"], batch * kv_heads, 1),
+        threadgroup=call["threadgroup"],
         output_shapes=[(batch, q_heads, 1, dim_v)],
         output_dtypes=[queries.dtype],
     )

@@ -12,6 +12,10 @@ log-sum-exp merge per row), so a long reply never makes the short ones read its 
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import logging
 import sys
 from dataclasses import dataclass
@@ -69,15 +73,18 @@ class BlockAllocator:
 
 
 class PagedLayer:
-    """The K and V pools of one attention layer: [blocks, kv_heads, BLOCK, head_dim] each.
+    """The K and V pools of one attention layer.
 
-    Allocated at the first write, when the layer's head count, head size and dtype are known.
+    Stored flat, [blocks * kv_heads * BLOCK, head_dim], so that writing new tokens is one scatter per
+    pool; `blocks_view` shows the same memory as [blocks, kv_heads, BLOCK, head_dim]. Allocated at the
+    first write, when the layer's head count, head size and dtype are known.
     """
 
     def __init__(self, window: int | None = None) -> None:
         self.window = window  # sliding-window attention: only the last `window` positions are read
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
+        self.heads = 0
         self._blocks = 0
 
     @property
@@ -87,39 +94,40 @@ class PagedLayer:
     def arrays(self) -> list[mx.array]:
         return [] if self.keys is None else [self.keys, self.values]
 
+    def blocks_view(self, pool: mx.array) -> mx.array:
+        return pool.reshape(self._blocks, self.heads, BLOCK, pool.shape[-1])
+
     def resize(self, blocks: int) -> None:
         """Grow to `blocks` blocks (existing contents kept)."""
         if self.keys is not None and blocks > self._blocks:
-            self.keys = _grow(self.keys, blocks)
-            self.values = _grow(self.values, blocks)
+            extra = (blocks - self._blocks) * self.heads * BLOCK
+            self.keys = _grow(self.keys, extra)
+            self.values = _grow(self.values, extra)
         self._blocks = blocks
 
     def copy_block(self, src: int, dst: int) -> None:
         if self.keys is not None:
-            self.keys[dst] = self.keys[src]
-            self.values[dst] = self.values[src]
+            size = self.heads * BLOCK
+            for pool in (self.keys, self.values):
+                pool[dst * size : (dst + 1) * size] = pool[src * size : (src + 1) * size]
 
     def write(self, keys: mx.array, values: mx.array, layout: PassLayout) -> None:
         """Store new K/V [B, kv_heads, L, dim] at the layout's token slots."""
         b, heads, length, _ = keys.shape
         if self.keys is None:
-            self.keys = mx.zeros((self._blocks, heads, BLOCK, keys.shape[-1]), dtype=keys.dtype)
-            self.values = mx.zeros((self._blocks, heads, BLOCK, values.shape[-1]), dtype=values.dtype)
+            self.heads = heads
+            rows = self._blocks * heads * BLOCK
+            self.keys = mx.zeros((rows, keys.shape[-1]), dtype=keys.dtype)
+            self.values = mx.zeros((rows, values.shape[-1]), dtype=values.dtype)
+        # pool row of each (batch, head, position), in the order the model's [B, H, L, D] arrays lie
         rows = layout.write_rows(heads)
-        new_k = keys.transpose(0, 2, 1, 3).reshape(b * length, heads, -1)
-        new_v = values.transpose(0, 2, 1, 3).reshape(b * length, heads, -1)
-        flat_k = self.keys.reshape(-1, self.keys.shape[-1])
-        flat_v = self.values.reshape(-1, self.values.shape[-1])
-        flat_k[rows] = new_k.astype(flat_k.dtype)
-        flat_v[rows] = new_v.astype(flat_v.dtype)
-        # the scatter updates the pool in place once the old array has no other reference
-        self.keys = flat_k.reshape(self.keys.shape)
-        self.values = flat_v.reshape(self.values.shape)
+        # the scatters update the pools in place (their old arrays have no other reference)
+        self.keys[rows] = keys.reshape(b * heads * length, -1).astype(self.keys.dtype)
+        self.values[rows] = values.reshape(b * heads * length, -1).astype(self.values.dtype)
 
 
-def _grow(pool: mx.array, blocks: int) -> mx.array:
-    extra = mx.zeros((blocks - pool.shape[0], *pool.shape[1:]), dtype=pool.dtype)
-    return mx.concatenate([pool, extra], axis=0)
+def _grow(pool: mx.array, rows: int) -> mx.array:
+    return mx.concatenate([pool, mx.zeros((rows, pool.shape[-1]), dtype=pool.dtype)], axis=0)
 
 
 # ---- what one forward pass needs to know ----------------------------------------------------
@@ -165,12 +173,14 @@ class PassLayout:
         return self._table[i, : (end + BLOCK - 1) // BLOCK].astype(np.int32)
 
     def write_rows(self, heads: int) -> mx.array:
-        """Rows of the pool viewed as [blocks * heads * BLOCK, dim] for each new token and head."""
+        """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), in
+        that order: the order of the model's [B, heads, L, dim] keys."""
         found = self._write_rows.get(heads)
         if found is None:
-            block, offset = self._slots // BLOCK, self._slots % BLOCK
-            rows = ((block * heads)[:, None] + np.arange(heads)[None, :]) * BLOCK + offset[:, None]
-            found = self._write_rows[heads] = mx.array(rows.astype(np.int32))
+            slots = self._slots.reshape(self.batch, 1, self.length)
+            block, offset = slots // BLOCK, slots % BLOCK
+            rows = (block * heads + np.arange(heads)[None, :, None]) * BLOCK + offset
+            found = self._write_rows[heads] = mx.array(rows.reshape(-1).astype(np.int32))
         return found
 
     def kernel_inputs(self, window: int | None) -> tuple[mx.array, mx.array]:
@@ -255,23 +265,34 @@ class PagedKV:
 
     def _attend_decode(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
         layer = self.layer
-        if sinks is None and fused_decode_available(queries.shape[-1], layer.values.shape[-1], layer.keys.dtype):
+        if sinks is None and fused_decode_available(
+            queries.shape[-1], layer.values.shape[-1], layer.keys.dtype
+        ):
             tables, bounds = self.layout.kernel_inputs(layer.window)
-            return paged_decode_attention(queries.astype(layer.keys.dtype), layer.keys, layer.values, tables, bounds, scale)
+            return paged_decode_attention(
+                queries.astype(layer.keys.dtype),
+                layer.keys,
+                layer.values,
+                layer.heads,
+                BLOCK,
+                tables,
+                bounds,
+                scale,
+            )
         return self._attend_decode_ops(queries, scale, sinks)
 
     def _attend_decode_ops(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
         """The portable path: split-K over each row's blocks in plain MLX ops, then a per-row merge."""
         layer = self.layer
         batch, q_heads, _, _ = queries.shape
-        kv_heads, dim_v = layer.keys.shape[1], layer.values.shape[-1]
+        kv_heads, dim_v = layer.heads, layer.values.shape[-1]
         group = q_heads // kv_heads
         blocks = self.layout.decode_blocks(layer.window)
         q = (queries * scale).reshape(batch, kv_heads, group, -1)
         if blocks.row is not None:
             q = q[blocks.row]
-        k = layer.keys[blocks.ids]  # [NB, kv_heads, BLOCK, dim]
-        v = layer.values[blocks.ids]
+        k = layer.blocks_view(layer.keys)[blocks.ids]  # [NB, kv_heads, BLOCK, dim]
+        v = layer.blocks_view(layer.values)[blocks.ids]
         scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32)  # [NB, kv_heads, group, BLOCK]
         scores = mx.where(blocks.mask[:, None, None, :], scores, NEG)
         peak = scores.max(axis=-1, keepdims=True)
@@ -298,8 +319,8 @@ class PagedKV:
             start = int(layout.starts[i])
             end = start + length
             blocks = mx.array(layout.row_blocks(i, end))
-            k = _contiguous_row(layer.keys[blocks], end)
-            v = _contiguous_row(layer.values[blocks], end)
+            k = _contiguous_row(layer.blocks_view(layer.keys)[blocks], end)
+            v = _contiguous_row(layer.blocks_view(layer.values)[blocks], end)
             if window is not None and end > window:
                 from mlx_lm.models.base import create_causal_mask
 

@@ -72,11 +72,20 @@ def read_model_directory(path: Path, tokenizer_config: dict[str, Any], eos_id: i
         raise EngineFailure(f"{path}/config.json names no model_type")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     generation = _read_json(path / "generation_config.json")
-    eos = _ids(config.get("eos_token_id")) | _ids(text.get("eos_token_id")) | _ids(generation.get("eos_token_id"))
+    eos = (
+        _ids(config.get("eos_token_id"))
+        | _ids(text.get("eos_token_id"))
+        | _ids(generation.get("eos_token_id"))
+    )
     if eos_id is not None:
         eos.add(eos_id)
     train = next(
-        (int(src[k]) for src in (config, text) for k in _CONTEXT_KEYS if isinstance(src.get(k), int) and src[k] > 0),
+        (
+            int(src[k])
+            for src in (config, text)
+            for k in _CONTEXT_KEYS
+            if isinstance(src.get(k), int) and src[k] > 0
+        ),
         0,
     )
     return ModelDirectory(

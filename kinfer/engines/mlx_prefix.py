@@ -17,6 +17,7 @@ from kinfer.engines.mlx_state import Snapshot
 from kinfer.engines.prefix_pool import PrefixIndex
 
 MIN_SHARED = 4  # shorter matches are not worth a block copy
+STATE_BYTES = 2 << 30  # recurrent-state snapshots kept at most (a 0.8B hybrid model: ~19 MB each)
 
 
 @dataclass
@@ -24,14 +25,19 @@ class PoolEntry:
     tokens: tuple[int, ...]
     blocks: list[int]  # the pool's references: ceil(len(tokens) / BLOCK) blocks
     states: list[Snapshot] | None  # one snapshot per recurrent layer, or None for attention-only models
+    state_bytes: int = 0
 
 
 class PrefixPool:
     """Saved prefixes, least recently used evicted first (by count, or when KV blocks run short)."""
 
-    def __init__(self, allocator: BlockAllocator, capacity: int, *, exact_only: bool) -> None:
+    def __init__(
+        self, allocator: BlockAllocator, capacity: int, *, exact_only: bool, state_bytes: int = STATE_BYTES
+    ) -> None:
         self._alloc = allocator
         self.exact_only = exact_only
+        self.max_state_bytes = state_bytes
+        self.state_bytes = 0
         self.index = PrefixIndex(capacity)
         self._entries: dict[int, PoolEntry] = {}
         self._keys = itertools.count()
@@ -59,16 +65,20 @@ class PrefixPool:
         if len(tokens) < MIN_SHARED:
             return
         needed = blocks[: (len(tokens) + BLOCK - 1) // BLOCK]
-        for key in self.index.keys():
+        for key in list(self.index.keys()):
             old = self.index.tokens(key)
             redundant = old == tokens or (not self.exact_only and tokens[: len(old)] == old)
             if redundant:
                 self._drop(key)
         self._alloc.hold(needed)
         key = next(self._keys)
-        self._entries[key] = PoolEntry(tokens, list(needed), states)
+        size = sum(a.nbytes for snap in states or () for a in snap if a is not None)
+        self._entries[key] = PoolEntry(tokens, list(needed), states, size)
+        self.state_bytes += size
         self.index.put(key, tokens)
-        while len(self.index) > self.index.capacity:
+        while len(self.index) > self.index.capacity or (
+            self.state_bytes > self.max_state_bytes and len(self.index) > 1
+        ):
             self.evict_one()
 
     def evict_one(self) -> bool:
@@ -87,3 +97,4 @@ class PrefixPool:
         entry = self._entries.pop(key)
         self.index.remove(key)
         self._alloc.release(entry.blocks)
+        self.state_bytes -= entry.state_bytes

@@ -7,6 +7,10 @@ flight included), `sampled` (tokens drawn, in flight included) and `generated` (
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,7 +48,9 @@ class Row:
         "tokens",
     )
 
-    def __init__(self, slot: int, job: GenerationJob, order: int, ctx: int, piece: Callable[[int], bytes]) -> None:
+    def __init__(
+        self, slot: int, job: GenerationJob, order: int, ctx: int, piece: Callable[[int], bytes]
+    ) -> None:
         self.slot = slot
         self.job = job
         self.order = order  # submission order: waiting prompts are prefilled first come, first served

@@ -8,6 +8,10 @@ its own seed and prompt, never on which other rows share the batch.
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +51,9 @@ def resolve_seed(sampling: Sampling) -> int:
 
 def needs_penalties(sampling: Sampling) -> bool:
     return (
-        sampling.repeat_penalty != 1.0 or sampling.frequency_penalty != 0.0 or sampling.presence_penalty != 0.0
+        sampling.repeat_penalty != 1.0
+        or sampling.frequency_penalty != 0.0
+        or sampling.presence_penalty != 0.0
     ) and sampling.repeat_last_n != 0
 
 
@@ -56,7 +62,8 @@ def make_batch(samplings: Sequence[Sampling], seeds: Sequence[int], vocab: int) 
     top_k = np.array([s.top_k if s.top_k > 0 else vocab for s in samplings], dtype=np.int64)
     candidates = int(min(vocab, top_k[~greedy].max())) if (~greedy).any() else 1
     window = [
-        PENALTY_WINDOW_MAX if s.repeat_last_n < 0 else min(s.repeat_last_n, PENALTY_WINDOW_MAX) for s in samplings
+        PENALTY_WINDOW_MAX if s.repeat_last_n < 0 else min(s.repeat_last_n, PENALTY_WINDOW_MAX)
+        for s in samplings
     ]
 
     def f32(values) -> mx.array:
@@ -80,10 +87,11 @@ def make_batch(samplings: Sequence[Sampling], seeds: Sequence[int], vocab: int) 
 
 
 def sample(
-    logits: mx.array, batch: SamplingBatch, counters: mx.array, history: mx.array | None = None
+    logits: mx.array, batch: SamplingBatch, counters: mx.array | None, history: mx.array | None = None
 ) -> mx.array:
     """Next token of every row. logits [B, V]; counters [B] uint32 (the row's position: a fresh random
-    number per step); history [B, N] int32 recent tokens, oldest first, -1 where empty."""
+    number per step; may be None when every row is greedy); history [B, N] int32 recent tokens, oldest
+    first, -1 where empty."""
     if batch.penalties and history is not None:
         logits = _penalize(logits.astype(mx.float32), history, batch)
     greedy_tokens = mx.argmax(logits, axis=-1).astype(mx.int32)
@@ -98,7 +106,11 @@ def _penalize(logits: mx.array, history: mx.array, batch: SamplingBatch) -> mx.a
     valid = (history >= 0) & recent
     # invalid entries add 0 to token 0: harmless, and no conflicting writes as with a plain scatter
     rows = mx.broadcast_to(mx.arange(b)[:, None], (b, n))
-    counts = mx.zeros(logits.shape, dtype=mx.float32).at[rows, mx.maximum(history, 0)].add(valid.astype(mx.float32))
+    counts = (
+        mx.zeros(logits.shape, dtype=mx.float32)
+        .at[rows, mx.maximum(history, 0)]
+        .add(valid.astype(mx.float32))
+    )
     seen = counts > 0
     penalty = batch.repeat_penalty[:, None]
     repeated = mx.where(logits > 0, logits / penalty, logits * penalty)
@@ -113,7 +125,9 @@ def _draw(logits: mx.array, batch: SamplingBatch, counters: mx.array) -> mx.arra
         order = mx.argsort(-logits, axis=-1)
     else:
         part = mx.argpartition(-logits, k - 1, axis=-1)[:, :k]
-        order = mx.take_along_axis(part, mx.argsort(-mx.take_along_axis(logits, part, axis=-1), axis=-1), axis=-1)
+        order = mx.take_along_axis(
+            part, mx.argsort(-mx.take_along_axis(logits, part, axis=-1), axis=-1), axis=-1
+        )
     values = mx.take_along_axis(logits, order, axis=-1)  # [B, K], best first
     rank = mx.arange(values.shape[-1])[None, :]
     keep = rank < batch.top_k[:, None]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import logging
 from dataclasses import dataclass
 from typing import Any

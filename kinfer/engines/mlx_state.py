@@ -9,6 +9,10 @@ so the prefix pool keeps exact snapshots (`snapshot` / `restore`).
 
 from __future__ import annotations
 
+from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx`: mlx_blas.py)
+
+# isort: split
+
 import mlx.core as mx
 
 Snapshot = list[mx.array | None]

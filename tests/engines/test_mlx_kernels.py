@@ -7,15 +7,16 @@ never uses the kernel.
 
 from __future__ import annotations
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
 from kinfer.engines import mlx_blas  # noqa: F401
+from kinfer.engines.mlx_kernels import fused_decode_available
+from kinfer.engines.mlx_kv import BLOCK, PagedKV, PagedLayer, PassLayout
 
-import mlx.core as mx  # noqa: E402
-
-from kinfer.engines.mlx_kernels import fused_decode_available  # noqa: E402
-from kinfer.engines.mlx_kv import BLOCK, PagedKV, PagedLayer, PassLayout  # noqa: E402
+# float32 products on a GPU may run as TF32 (MLX's CUDA default): a looser bound there
+F32_TOLERANCE = 1e-5 if mx.default_device() == mx.cpu else 5e-3
 
 cuda = pytest.mark.skipif(
     not fused_decode_available(128, 128, mx.bfloat16), reason="the fused kernel exists only for MLX on CUDA"
@@ -33,8 +34,11 @@ def _setup(lengths, *, heads=16, kv_heads=8, dim=128, dtype=mx.bfloat16, window=
         table[i, :n] = ids[at : at + n]
         at += n
     layer = PagedLayer(window=window)
-    layer.keys = mx.array(rng.standard_normal((total, kv_heads, BLOCK, dim)).astype(np.float32)).astype(dtype)
-    layer.values = mx.array(rng.standard_normal((total, kv_heads, BLOCK, dim)).astype(np.float32)).astype(dtype)
+    layer.resize(total)
+    layer.heads = kv_heads
+    rows = total * kv_heads * BLOCK
+    layer.keys = mx.array(rng.standard_normal((rows, dim)).astype(np.float32)).astype(dtype)
+    layer.values = mx.array(rng.standard_normal((rows, dim)).astype(np.float32)).astype(dtype)
     layout = PassLayout(table, np.array(lengths) - 1, 1, decode=True)
     queries = mx.array(rng.standard_normal((len(lengths), heads, 1, dim)).astype(np.float32)).astype(dtype)
     return PagedKV(layer, layout), queries, table
@@ -42,8 +46,9 @@ def _setup(lengths, *, heads=16, kv_heads=8, dim=128, dtype=mx.bfloat16, window=
 
 def _dense(view, queries, table, lengths, scale, window=None):
     """Attention of each row over its own positions, in float32 numpy: the reference."""
-    keys = np.array(view.layer.keys.astype(mx.float32))
-    values = np.array(view.layer.values.astype(mx.float32))
+    layer = view.layer
+    keys = np.array(layer.blocks_view(layer.keys).astype(mx.float32))  # [blocks, kv_heads, BLOCK, dim]
+    values = np.array(layer.blocks_view(layer.values).astype(mx.float32))
     q = np.array(queries.astype(mx.float32))[:, :, 0, :]
     heads, kv_heads = q.shape[1], keys.shape[1]
     out = np.zeros_like(q)
@@ -81,7 +86,7 @@ def test_fused_kernel_honours_a_sliding_window():
     portable = np.array(view._attend_decode_ops(queries, 0.1, None))[:, :, 0]
     expected = _dense(view, queries, table, lengths, 0.1, window=100)
     assert np.abs(fused - expected).max() < 1e-4
-    assert np.abs(portable - expected).max() < 1e-4
+    assert np.abs(portable - expected).max() < max(1e-4, F32_TOLERANCE)
 
 
 def test_portable_path_matches_dense_attention():
@@ -89,7 +94,7 @@ def test_portable_path_matches_dense_attention():
     lengths = [1, 64, 65, 200, 7]
     view, queries, table = _setup(lengths, heads=4, kv_heads=2, dim=16, dtype=mx.float32)
     portable = np.array(view._attend_decode_ops(queries, 0.25, None))[:, :, 0]
-    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25)).max() < 1e-5
+    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25)).max() < F32_TOLERANCE
     view, queries, table = _setup(lengths, heads=4, kv_heads=2, dim=16, dtype=mx.float32, window=50)
     portable = np.array(view._attend_decode_ops(queries, 0.25, None))[:, :, 0]
-    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25, window=50)).max() < 1e-5
+    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25, window=50)).max() < F32_TOLERANCE
