@@ -6,7 +6,8 @@
 Both runs use the same GGUF, rows, context, threads and prompts (one per row, all sent at once, every
 reply generated to --max-tokens with EOS ignored, greedy). The direct run submits the jobs to
 `LlamaEngine` and steps it in this process; the HTTP run starts `kinfer --headless` with the same
-settings and streams the same chats through /v1/chat/completions. Each run is warmed up first.
+settings and streams the same chats through /v1/chat/completions. Each run is warmed up first;
+`--repeat N` alternates N runs of each side and reports the median of each.
 Aggregate tok/s = all generated tokens / wall time from the first request to the last token.
 """
 
@@ -114,6 +115,11 @@ def run_http(weights: Path, conversations, *, rows: int, ctx: int, threads: int,
         return asyncio.run(measure(server.target))
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median aggregate tok/s (the upper one of an even count)."""
+    return sorted(runs, key=lambda r: r["aggregate_tps"])[len(runs) // 2]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,6 +129,7 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: the cores available)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each side; the median is reported")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args()
     weights = args.weights or bundled_gguf()
@@ -137,10 +144,22 @@ def main() -> int:
     print(f"weights: {weights}; threads {threads}; prompt ~{args.prompt_tokens}, {args.max_tokens} generated")
     for rows in (int(r) for r in args.rows.split(",")):
         settings = {"rows": rows, "ctx": ctx, "threads": threads, "max_tokens": args.max_tokens}
-        direct, conversations = run_direct(weights, prompt_tokens=args.prompt_tokens, **settings)
-        http = run_http(weights, conversations, **settings)
+        directs, https = [], []
+        for _ in range(args.repeat):  # alternate, so drift on a shared machine hits both sides alike
+            direct, conversations = run_direct(weights, prompt_tokens=args.prompt_tokens, **settings)
+            directs.append(direct)
+            https.append(run_http(weights, conversations, **settings))
+        direct, http = median_run(directs), median_run(https)
         ratio = http["aggregate_tps"] / direct["aggregate_tps"] if direct["aggregate_tps"] else 0.0
-        results.append({"rows": rows, "direct": direct, "http": http, "http_over_direct": ratio})
+        results.append(
+            {
+                "rows": rows,
+                "direct": direct,
+                "http": http,
+                "http_over_direct": ratio,
+                "runs": [directs, https],
+            }
+        )
         print(
             f"rows {rows:3d}: direct {direct['aggregate_tps']:7.1f} tok/s"
             f"  http {http['aggregate_tps']:7.1f} tok/s  ratio {ratio:.3f}"

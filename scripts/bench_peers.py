@@ -8,9 +8,10 @@ Targets (`--targets`, default all whose weights are known):
   llama-cpp      llama-cpp-python's own server on the same GGUF (one request at a time)
   mlx-lm         mlx_lm.server on the HF folder
   kinfer-mlx     kinfer --headless on the HF folder (MLX engine)
+  kinfer-llama-f32  kinfer --headless on the F32 GGUF of the same conversion (not by default)
 
-Without --mlx-dir the MLX targets run on an f32 conversion of the GGUF (dequantized, as
-tests/fixtures/smollm_f32.py builds it), kept in --workdir. Servers run one at a time so they never
+Without --mlx-dir the MLX targets run on an f32 conversion of the GGUF (dequantized by
+tests/fixtures/smollm_f32.py, cached under ~/.cache/kinfer-tests). Servers run one at a time so they never
 compete for cores; every reply runs to --max-tokens (kinfer: ignore_eos; the peers: a -100 logit bias
 on the end-of-turn tokens), greedy.
 """
@@ -32,33 +33,34 @@ from kinfer.bench.sweep import SweepConfig, SweepRun, run_sweep
 from kinfer.engines.llama_sizing import available_threads
 from kinfer.store.bundled import bundled_gguf
 
-TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx")
+TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx", "kinfer-llama-f32")
+DEFAULT_TARGETS = TARGETS[:4]
 LABELS = {
     "kinfer-llama": "kinfer llama.cpp",
+    "kinfer-llama-f32": "kinfer llama.cpp f32",
     "llama-cpp": "llama-cpp-python server",
     "mlx-lm": "mlx_lm.server",
     "kinfer-mlx": "kinfer MLX",
 }
 
 
-def f32_folder(gguf: Path, workdir: Path) -> Path:
-    """The HF-style f32 folder of `gguf`, built once into `workdir` (about 10 s for SmolLM2)."""
-    from tests.fixtures.smollm_f32 import build_hf_dir
+def f32_forms(gguf: Path) -> tuple[Path, Path]:
+    """(HF folder, F32 GGUF) dequantized from `gguf`, cached by tests/fixtures/smollm_f32.py."""
+    from tests.fixtures.smollm_f32 import build_smollm_f32
 
-    out = workdir / (gguf.stem + "-f32")
-    if not (out / "config.json").is_file():
-        print(f"converting {gguf.name} to an f32 HF folder in {out} ...", flush=True)
-        build_hf_dir(gguf, out)
-    return out
+    print(f"f32 forms of {gguf.name} (cached after the first build) ...", flush=True)
+    model = build_smollm_f32(gguf)
+    return model.hf_dir, model.gguf
 
 
 def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
     rows = max(args.concurrency)
     ctx = int(args.prompt_tokens * 1.25) + args.max_tokens + 256
     label = LABELS[name]
-    if name == "kinfer-llama":
+    if name in ("kinfer-llama", "kinfer-llama-f32"):
+        weights = args.gguf if name == "kinfer-llama" else args.f32_gguf
         return start_kinfer(
-            weights=args.gguf, parallel=rows, ctx=ctx, threads=args.threads, label=label, log_dir=logs
+            weights=weights, parallel=rows, ctx=ctx, threads=args.threads, label=label, log_dir=logs
         )
     if name == "llama-cpp":
         gpu_layers = -1 if args.gpu else 0
@@ -76,14 +78,15 @@ def main() -> int:
     )
     parser.add_argument("--gguf", type=Path, help="GGUF for the llama.cpp targets (default: bundled SmolLM2)")
     parser.add_argument("--mlx-dir", type=Path, help="HF folder for the MLX targets (default: f32 of --gguf)")
-    parser.add_argument("--targets", default=",".join(TARGETS), help="comma separated: " + ",".join(TARGETS))
+    parser.add_argument(
+        "--targets", default=",".join(DEFAULT_TARGETS), help="comma separated: " + ",".join(TARGETS)
+    )
     parser.add_argument("--concurrency", default="1,4,8,16")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-level", type=int)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all)")
     parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "kinfer-bench")
     parser.add_argument("--label-suffix", default="", help="appended to every label, e.g. ' (qwen3-0.6b)'")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown here")
@@ -97,9 +100,10 @@ def main() -> int:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     if args.gguf is None and any(n in ("kinfer-llama", "llama-cpp") for n in names):
         parser.error("no --gguf and the bundled model is not installed")
-    if args.mlx_dir is None and any(n in ("mlx-lm", "kinfer-mlx") for n in names):
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        args.mlx_dir = f32_folder(args.gguf, args.workdir)
+    args.f32_gguf = None
+    if (args.mlx_dir is None and {"mlx-lm", "kinfer-mlx"} & set(names)) or "kinfer-llama-f32" in names:
+        hf_dir, args.f32_gguf = f32_forms(args.gguf)
+        args.mlx_dir = args.mlx_dir or hf_dir
     config = SweepConfig(
         concurrency=args.concurrency,
         prompt_tokens=args.prompt_tokens,

@@ -31,7 +31,8 @@ class LiveServer:
 
 
 def server_settings(home: Path, **overrides) -> Settings:
-    base = Settings(home=home, port=0, keep_alive="-1", parallel=4, ctx=2048, threads=2)
+    # one llama.cpp thread: ggml's spinning thread barrier collapses when a test's own threads take a core
+    base = Settings(home=home, port=0, keep_alive="-1", parallel=4, ctx=2048, threads=1)
     return replace(base, **overrides)
 
 

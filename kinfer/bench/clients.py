@@ -13,10 +13,11 @@ for llama-cpp-python and mlx_lm). Ollama's dialect has no such switch.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -30,6 +31,8 @@ ChatMessages = Sequence[Mapping[str, str]]  # {"role": "system" | "user" | "assi
 ANTHROPIC_VERSION = "2023-06-01"
 ANTHROPIC_DEFAULT_MODEL = "default"  # Anthropic's API requires a model name; kinfer maps unknown ones
 ERROR_TEXT_LIMIT = 300
+CONNECT_RETRIES = 2  # the openai SDK's default max_retries
+RETRY_BACKOFF_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -234,23 +237,37 @@ async def stream_chat(
     prompt_estimate: int = 0,
 ) -> RequestResult:
     """Send one streaming chat request and time it. Never raises for server or network failures:
-    they come back as `RequestResult.error`."""
+    they come back as `RequestResult.error`.
+
+    A connection that fails before any response arrives is retried (up to `CONNECT_RETRIES`, as the
+    openai SDK does); the time lost counts against the request's TTFT and `retries` says so.
+    """
     body = chat_body(target, messages, max_tokens, stream=True, temperature=temperature)
     started = time.perf_counter()
-    reader = StreamReader(target.dialect, started)
-    try:
-        async with client.stream(
-            "POST", target.url + chat_path(target.dialect), json=body, headers=target.headers()
-        ) as response:
-            if response.status_code != 200:
-                await response.aread()
-                reader.error = f"HTTP {response.status_code}: {_body_error(response)}"
-            else:
-                async for line in response.aiter_lines():
-                    reader.feed(line, time.perf_counter())
-    except httpx.HTTPError as exc:
-        reader.error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
-    return reader.result(time.perf_counter(), prompt_estimate=prompt_estimate)
+    retries = 0
+    while True:
+        reader = StreamReader(target.dialect, started)
+        answered = False
+        try:
+            async with client.stream(
+                "POST", target.url + chat_path(target.dialect), json=body, headers=target.headers()
+            ) as response:
+                answered = True
+                if response.status_code != 200:
+                    await response.aread()
+                    reader.error = f"HTTP {response.status_code}: {_body_error(response)}"
+                else:
+                    async for line in response.aiter_lines():
+                        reader.feed(line, time.perf_counter())
+        except httpx.TransportError as exc:
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            if not answered and not timed_out and retries < CONNECT_RETRIES:
+                retries += 1
+                await asyncio.sleep(RETRY_BACKOFF_S * 2**retries)
+                continue
+            reader.error = f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+        result = reader.result(time.perf_counter(), prompt_estimate=prompt_estimate)
+        return replace(result, retries=retries) if retries else result
 
 
 async def count_prompt_tokens(client: httpx.AsyncClient, target: Target, messages: ChatMessages) -> int:

@@ -118,6 +118,12 @@ def sweep_table(run: SweepRun, *, markdown: bool = False) -> str:
     head = f"{run_title(run)}: prompt ~{c.prompt_tokens} tokens, {c.max_tokens} generated per request"
     table = (markdown_table if markdown else text_table)(LEVEL_HEADERS, sweep_rows(run))
     notes = "".join(f"\nnote: {n}" for n in run.notes)
+    retries = sum(level.retries for level in run.levels)
+    if retries:
+        notes += (
+            f"\nnote: {retries} connections failed before any response and were retried"
+            " (as the openai SDK does)"
+        )
     short = sum(level.short_replies for level in run.levels)
     if short:
         notes += f"\nnote: {short} replies stopped before max_tokens (the server ended them early)"
@@ -150,11 +156,12 @@ def prefix_table(run: PrefixRun, *, markdown: bool = False) -> str:
     for step in run.steps:
         r = step.result
         speedup = f"{cold / r.ttft:.1f}x faster" if cold and r.ttft and step is not run.steps[0] else ""
+        counted = r.usage_source == "usage"  # without usage the server never said what it reused
         rows.append(
             [
                 step.name,
-                str(r.prompt_tokens),
-                str(r.cached_tokens),
+                str(r.prompt_tokens) if counted else "-",
+                str(r.cached_tokens) if counted else "-",
                 seconds(r.ttft),
                 speedup,
                 str(r.completion_tokens),

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -436,11 +436,6 @@ def _gguf_end_tokens(path: Path) -> list[int]:
         if value is not None:
             ids.add(int(value.parts[value.data[0]][0]))
     return sorted(ids)
-
-
-def with_label(server: LaunchedServer, label: str) -> LaunchedServer:
-    server.target = replace(server.target, label=label)
-    return server
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -47,6 +47,7 @@ class RequestResult:
     finish_reason: str | None = None
     usage_source: UsageSource = "usage"  # where the token counts came from
     error: str | None = None
+    retries: int = 0  # connections that failed before any response and were tried again
     text: str = field(default="", repr=False)  # the reply (the prefix scenario sends it back)
 
     @property
@@ -107,7 +108,8 @@ class LevelSummary:
     ttft_p50: float | None
     ttft_p95: float | None
     prompt_tps_p50: float | None
-    short_replies: int  # successful replies that stopped before max_tokens
+    short_replies: int  # successful replies whose usage shows they stopped before max_tokens
+    retries: int = 0  # connection retries (see clients.stream_chat)
     usage_sources: tuple[str, ...] = ()
     memory: MemoryPeak = field(default_factory=MemoryPeak)
     error_messages: tuple[str, ...] = ()
@@ -152,7 +154,9 @@ def summarize_level(
         ttft_p50=percentile(ttfts, 50),
         ttft_p95=percentile(ttfts, 95),
         prompt_tps_p50=percentile(prompt_rates, 50),
-        short_replies=sum(1 for r in good if r.completion_tokens < max_tokens),
+        # a count from chunks undercounts (one chunk can hold several tokens): only usage can tell
+        short_replies=sum(1 for r in good if r.usage_source == "usage" and r.completion_tokens < max_tokens),
+        retries=sum(r.retries for r in results),
         usage_sources=tuple(sorted({r.usage_source for r in good})),
         memory=memory or MemoryPeak(),
         error_messages=tuple(errors),

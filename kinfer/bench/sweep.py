@@ -43,6 +43,7 @@ class SweepConfig:
     temperature: float = 0.0
     timeout_s: float = DEFAULT_TIMEOUT_S
     calibrate: bool = True
+    warmup: bool = True  # a short round at each level's concurrency before measuring it
 
     def requests_for(self, concurrency: int) -> int:
         """At least one round: every concurrent stream sends at least one request."""
@@ -135,15 +136,18 @@ async def run_sweep(
     on_level: Callable[[LevelSummary], None] | None = None,
     fallback_sizer: PromptSizer | None = None,
 ) -> SweepRun:
-    """Calibrate, warm up, then run every level of `config.concurrency` in order.
+    """Calibrate, then run every level of `config.concurrency` in order, each after a warm-up round.
 
-    `fallback_sizer` (e.g. another server's calibration on the same tokenizer) is used when this
-    server cannot be calibrated."""
+    The warm-up round sends the level's number of short requests at the level's concurrency, so
+    kernels compiled for a new batch size (MLX) or buffers grown for it never land in the level's
+    numbers. Each level gets fresh connections. `fallback_sizer` (e.g. another server's calibration
+    on the same tokenizer) is used when this server cannot be calibrated.
+    """
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    async with make_client(max(config.concurrency), config.timeout_s) as client:
-        notes: list[str] = []
-        seeds = itertools.count(random.randrange(10**6) * 1000)
-        sizer = fallback_sizer or PromptSizer()
+    notes: list[str] = []
+    seeds = itertools.count(random.randrange(10**6) * 1000)
+    sizer = fallback_sizer or PromptSizer()
+    async with make_client(1, config.timeout_s) as client:
         if config.calibrate:
             try:
                 sizer = await calibrate(client, target, seeds)
@@ -153,15 +157,22 @@ async def run_sweep(
                     f"prompt size not calibrated ({exc}); used {how}: {sizer.tokens_per_word:.2f} tokens/word"
                 )
                 log.warning("%s: %s", target.label, notes[-1])
-        factory = PromptFactory(sizer, seeds)
-        warm = await stream_chat(client, target, factory.make(config.prompt_tokens)[0], WARMUP_TOKENS)
-        if not warm.ok:
-            notes.append(f"warm-up request failed: {warm.error}")
-            log.warning("%s: %s", target.label, notes[-1])
-        elif warm.usage_source != "usage":
-            notes.append("the server streams no usage: completion tokens counted from chunks")
-        levels = []
-        for concurrency in config.concurrency:
+    factory = PromptFactory(sizer, seeds)
+    levels = []
+    for concurrency in config.concurrency:
+        # fresh connections per level: idle keep-alive connections a server has dropped would fail
+        async with make_client(concurrency, config.timeout_s) as client:
+            if config.warmup:
+                warm = [factory.make(config.prompt_tokens) for _ in range(concurrency)]
+                summary = await run_level(
+                    client, target, warm, concurrency=concurrency, max_tokens=WARMUP_TOKENS
+                )
+                if summary.errors:
+                    notes.append(
+                        f"warm-up at {concurrency}: {summary.errors} errors ({summary.error_messages[0]})"
+                    )
+                if not levels and summary.ok and summary.usage_sources != ("usage",):
+                    notes.append("the server streams no usage: completion tokens counted from chunks")
             prompts = [factory.make(config.prompt_tokens) for _ in range(config.requests_for(concurrency))]
             summary = await run_level(
                 client,
@@ -171,7 +182,7 @@ async def run_sweep(
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,
             )
-            levels.append(summary)
-            if on_level is not None:
-                on_level(summary)
+        levels.append(summary)
+        if on_level is not None:
+            on_level(summary)
     return SweepRun(target, config, sizer, tuple(levels), started_at, tuple(notes))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from kinfer.errors import InvalidRequest
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CTX = 4096  # tokens per row when automatic, capped by the model's train context
@@ -81,6 +83,9 @@ def plan_size(
     if free_memory is None:
         free_memory = psutil.virtual_memory().available
     auto_rows, auto_ctx = rows <= 0, ctx <= 0
+    if ctx > 0 and train_context and ctx > train_context:
+        log.warning("context %d is beyond what the model was trained for; using %d", ctx, train_context)
+        ctx = train_context
     ctx = align_ctx(ctx if ctx > 0 else min(train_context or DEFAULT_CTX, DEFAULT_CTX))
     rows = rows if rows > 0 else (ROWS_GPU if gpu else ROWS_CPU)
     per_row_streams = 2 if prefix_cache else 1
@@ -95,6 +100,14 @@ def plan_size(
         rows = max(1, rows // 2)
     while auto_ctx and ctx > MIN_CTX and kv_bytes(rows, ctx) > budget:
         ctx = align_ctx(max(MIN_CTX, ctx // 2))
+    if kv_bytes(rows, ctx) > free_memory:
+        # an explicit --ctx / --parallel (or Ollama's per-request num_ctx) that cannot fit must be
+        # refused here: llama.cpp would allocate it and the kernel's OOM killer end the server
+        raise InvalidRequest(
+            f"a KV cache of {rows} rows x {ctx} tokens needs {kv_bytes(rows, ctx) / 2**30:.1f} GiB but "
+            f"{free_memory / 2**30:.1f} GiB is free; ask for a smaller context "
+            "(num_ctx / --ctx) or fewer rows"
+        )
     if kv_bytes(rows, ctx) > budget:
         log.warning(
             "the KV cache (%d rows x %d tokens) needs %.1f GiB, more than half the free memory",

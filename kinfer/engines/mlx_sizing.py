@@ -14,7 +14,7 @@ import mlx.core as mx
 
 from kinfer.engines.mlx_kv import BLOCK, PagedLayer
 from kinfer.engines.mlx_state import StateSlots
-from kinfer.errors import EngineFailure
+from kinfer.errors import EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +93,20 @@ def plan_size(
     kind = "gpu" if gpu else "cpu"
     auto_rows, auto_ctx = rows <= 0, ctx <= 0
     rows = rows if rows > 0 else AUTO_ROWS[kind]
+    if ctx > 0 and train_context and ctx > train_context:
+        log.warning("context %d is beyond what the model was trained for; using %d", ctx, train_context)
+        ctx = train_context
     ctx = ctx if ctx > 0 else min(train_context, AUTO_CTX[kind])
     per_token = _kv_bytes_per_token(config, attention_layers)
-    budget = int(_available_memory(gpu) * KV_MEMORY_SHARE)
+    available = _available_memory(gpu)
+    budget = int(available * KV_MEMORY_SHARE)
+    if per_token and rows * ctx * per_token > available:
+        # KV blocks are allocated as rows grow: refuse now rather than run out of memory mid-reply
+        raise InvalidRequest(
+            f"a KV cache of {rows} rows x {ctx} tokens needs {rows * ctx * per_token / 2**30:.1f} GiB but "
+            f"{available / 2**30:.1f} GiB is free; ask for a smaller context "
+            "(num_ctx / --ctx) or fewer rows"
+        )
     if per_token and (auto_ctx or auto_rows):
         while rows * ctx * per_token > budget:
             if auto_ctx and ctx > MIN_AUTO_CTX:

@@ -61,6 +61,8 @@ class RequestStream:
         self._pipeline: OutputPipeline | None = None
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._on_cancel = on_cancel
+        self._moved = asyncio.Event()  # set whenever the state may have left "queued"
+        self._queued_error: Exception | None = None  # the error, when it came before a row
 
     # ---- fed by the scheduler on the event loop -----------------------------------------
 
@@ -79,6 +81,7 @@ class RequestStream:
             self._prefill_started = time.monotonic()
         if self.state == "queued":
             self.state = "prefill"
+        self._moved.set()
 
     def on_update(self, update: JobUpdate) -> None:
         now = time.monotonic()
@@ -101,16 +104,20 @@ class RequestStream:
                 self._events.put_nowait(event)
         if update.finish is not None:
             self._finish(update.finish, now)
+        self._moved.set()
 
     def on_error(self, error: Exception) -> None:
         if self.finish is not None:
             return
         if not self.accepted.done():
             self.accepted.set_exception(error)
+        if self.state == "queued":
+            self._queued_error = error
         self.state = "failed"
         self.finish = "error"
         self.finished_at = time.monotonic()
         self._events.put_nowait(ErrorEvent(error))
+        self._moved.set()
 
     def running_for(self, now: float) -> float:
         """Seconds since the request took a row."""
@@ -135,6 +142,21 @@ class RequestStream:
         )
 
     # ---- read by dialects ---------------------------------------------------------------
+
+    async def wait_for_row(self) -> None:
+        """Return once the request holds a row (or has ended); raise its error if it failed while
+        still waiting (`Busy` after --queue-timeout). A streaming dialect awaits this before sending
+        headers, so a refusal is a real status code, not a 200 with the error inside. If the caller
+        is cancelled meanwhile (the client left), the request is cancelled too."""
+        try:
+            while self.state == "queued" and self.finish is None:
+                self._moved.clear()
+                await self._moved.wait()
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+        if self._queued_error is not None:
+            raise self._queued_error
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event up to and including the final `Done` or `ErrorEvent`."""

@@ -360,6 +360,7 @@ async def create_message() -> Response:
     model = wire.model or stream.model
     if wire.stream:
         body = message_stream(stream, message_id, model, stops)
+        await stream.wait_for_row()  # a queue timeout is still a 529, not an in-stream error
         return with_request_id(streaming_response(stream, body, "text/event-stream"), message_id)
     try:
         reply = await message_body(stream, message_id, model, stops)

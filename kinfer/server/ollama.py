@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 import uuid
@@ -147,6 +148,7 @@ async def chat() -> Response:
         return await load_or_unload(body.model, body.keep_alive, chat=True)
     stream = await runtime().scheduler.submit(to_chat_request(body, f"ollama-{uuid.uuid4().hex}"))
     if body.stream:
+        await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, chat_stream(stream, stream.model), NDJSON)
     try:
         text, thinking, calls, done = await stream.collect()
@@ -175,6 +177,7 @@ async def generate() -> Response:
         return await load_or_unload(body.model, body.keep_alive, chat=False)
     stream = await runtime().scheduler.submit(to_generate_request(body, f"ollama-{uuid.uuid4().hex}"))
     if body.stream:
+        await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, generate_stream(stream, stream.model), NDJSON)
     try:
         text, thinking, _calls, done = await stream.collect()
@@ -257,8 +260,14 @@ def digest_of(model: Any) -> str:
     return uuid.uuid5(uuid.NAMESPACE_URL, str(model.path)).hex
 
 
+LAST_TIMESTAMP = 253402300799.0  # 9999-12-31T23:59:59Z, the last instant `datetime` can show
+
+
 def iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
+    # a keep_alive of 1e300 seconds is legal; its expiry shows as the end of time, not as a 500
+    if not math.isfinite(timestamp) or timestamp > LAST_TIMESTAMP:
+        timestamp = LAST_TIMESTAMP
+    return datetime.fromtimestamp(max(0.0, timestamp), UTC).isoformat().replace("+00:00", "Z")
 
 
 def tag_json(model: Any) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def keep_alive_seconds(value: KeepAlive) -> float | None:
         return None
     try:
         return parse_duration(value)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:  # OverflowError: an integer too large for a float
         raise InvalidRequest(f"keep_alive: {exc}") from None
 
 

@@ -164,6 +164,7 @@ async def chat_completions() -> Response:
     if wire.stream:
         include_usage = bool(wire.stream_options and wire.stream_options.include_usage)
         body = chat_completion_stream(stream, completion_id, model, include_usage)
+        await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, body, "text/event-stream")
     try:
         return jsonify(await chat_completion_body(stream, completion_id, model))
@@ -221,6 +222,7 @@ async def completions() -> Response:
     if wire.stream:
         include_usage = bool(wire.stream_options and wire.stream_options.include_usage)
         body = completion_stream(stream, completion_id, stream.model, echo or "", include_usage)
+        await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, body, "text/event-stream")
     try:
         text, _thinking, _calls, done = await stream.collect()

@@ -228,6 +228,7 @@ async def create_response() -> Response:
     stream = await runtime().scheduler.submit(request)
     turn = Turn(context_of(wire, response_id, stream.model), conversation, store_of(runtime().extras))
     if wire.stream:
+        await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, response_stream(stream, turn), "text/event-stream")
     try:
         return jsonify(await response_body(stream, turn))

@@ -22,7 +22,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kinfer.errors import StoreError
 from kinfer.store.catalog import Store
@@ -82,6 +82,7 @@ def pull(
     client = client or HubClient()
     report.emit("pulling manifest", "resolving")
     plan = plan_pull(client, hub_ref)
+    check_listed_paths(plan)
     report.model = plan.name
     report.overall_total = plan.total
     logger.info(
@@ -264,6 +265,14 @@ def _check_space(store: Store, staging: Path, plan: PullPlan, free_space: Callab
             f"{format_bytes(free)} is free at {store.home} "
             f"(and {format_bytes(DISK_RESERVE_BYTES)} is kept spare)"
         )
+
+
+def check_listed_paths(plan: PullPlan) -> None:
+    """Refuse a listing whose file paths would land outside the staging folder (absolute, `..`)."""
+    for remote in plan.files:
+        parts = PurePosixPath(remote.path).parts
+        if not parts or remote.path.startswith(("/", "\\")) or ".." in parts or "\\" in remote.path:
+            raise StoreError(f"the hub lists an unsafe file path {remote.path!r}; refusing to pull")
 
 
 @contextlib.contextmanager

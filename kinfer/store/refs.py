@@ -86,7 +86,8 @@ def _parse_url(url: str) -> HubRef:
 
 
 def _check_repo(repo: str, original: str) -> str:
-    pieces = repo.strip("/").split("/")
+    # "/etc/passwd" looks like a path, not a repo: say so rather than ask the hub for etc/passwd
+    pieces = repo.split("/") if repo.startswith("/") else repo.strip("/").split("/")
     if len(pieces) != 2 or not all(_NAME_PART.match(p) for p in pieces):
         raise InvalidRequest(
             f"not a model reference: {original!r} "

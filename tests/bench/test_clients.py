@@ -6,11 +6,13 @@ SSE (no usage), Ollama's NDJSON and Anthropic's event stream.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import httpx
 import pytest
 
-from kinfer.bench.clients import StreamReader, Target, chat_body, chat_path
+from kinfer.bench.clients import StreamReader, Target, chat_body, chat_path, stream_chat
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 
@@ -161,3 +163,47 @@ def test_anthropic_error_events_fail_the_request():
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])
 def test_unreadable_lines_are_reported_not_raised(dialect):
     assert "unreadable" in (read(dialect, ["data: {not json"]).error or "")
+
+
+class FlakyPeer:
+    """A minimal HTTP peer on 127.0.0.1 that hangs up on the first `drops` connections before
+    answering (as mlx_lm.server does when a burst overflows its listen backlog), then streams."""
+
+    REPLY = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+        + (sse({"choices": [{"delta": {"content": "hi"}}]}) + "\n\n").encode()
+        + (sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1}}) + "\n\n").encode()
+        + b"data: [DONE]\n\n"
+    )
+
+    def __init__(self, drops: int) -> None:
+        self.drops = drops
+        self.connections = 0
+
+    async def handle(self, reader, writer) -> None:
+        self.connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if self.connections > self.drops:
+            writer.write(self.REPLY)
+            await writer.drain()
+        writer.close()
+
+
+async def chat_with(peer: FlakyPeer):
+    server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, httpx.AsyncClient(timeout=10) as client:
+        return await stream_chat(client, Target("peer", f"http://127.0.0.1:{port}"), MESSAGES, 4)
+
+
+def test_a_connection_dropped_before_any_response_is_retried():
+    peer = FlakyPeer(drops=1)
+    result = asyncio.run(chat_with(peer))
+    assert result.ok and result.retries == 1 and peer.connections == 2
+    assert result.completion_tokens == 1 and result.text == "hi"
+
+
+def test_retries_give_up_after_two_like_the_openai_sdk():
+    peer = FlakyPeer(drops=10)
+    result = asyncio.run(chat_with(peer))
+    assert not result.ok and result.retries == 2 and peer.connections == 3

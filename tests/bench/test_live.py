@@ -31,7 +31,8 @@ def smol_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     mp = pytest.MonkeyPatch()
     mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
     try:
-        with running_server(server_settings(home, parallel=2, ctx=2048)) as server:
+        # one llama.cpp thread: on a busy 2-core machine two threads stall on ggml's barrier
+        with running_server(server_settings(home, parallel=2, ctx=2048, threads=1)) as server:
             yield server
     finally:
         mp.undo()
@@ -109,7 +110,7 @@ def test_the_command_benchmarks_a_running_server_and_writes_json(smol_server, tm
 def test_the_command_starts_kinfer_itself_and_reports_its_memory(tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
     out = tmp_path / "bench.json"
-    argv = ["bench", "--home", str(tmp_path / "home"), "--model", MODEL, "--threads", "2"]
+    argv = ["bench", "--home", str(tmp_path / "home"), "--model", MODEL, "--threads", "1"]
     argv += ["--concurrency", "2", "--max-tokens", "4", "--prompt-tokens", "32", "--json", str(out)]
     argv += ["--logs", str(tmp_path / "logs")]
     assert main(argv) == 0

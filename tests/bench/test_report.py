@@ -153,3 +153,12 @@ def test_engine_memory_is_read_from_prometheus_text_and_summed_over_models():
         'kinfer_rows_busy{model="a"} 2.0\n'
     )
     assert engine_memory(text) == {"kv": 1500, "model": 2_000_000}
+
+
+def test_a_prefix_step_without_usage_shows_no_counts():
+    blind = RequestResult(started=0.0, finished=2.0, first_token=1.0, last_token=2.0, usage_source="chunks")
+    run = PrefixRun(
+        Target("peer", "http://127.0.0.1:1"), PrefixConfig(), (PrefixStep("turn 1 (cold)", blind),), "T"
+    )
+    row = prefix_table(run).splitlines()[2].split()
+    assert row[:5] == ["turn", "1", "(cold)", "-", "-"]  # prompt and reused tokens unknown, not 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kinfer.engines.llama_sizing import plan_size
+from kinfer.errors import InvalidRequest
 
 GIB = 2**30
 KV_PER_TOKEN = 128 * 1024  # an 8B-class model: 32 layers x 8 KV heads x 256 dims x 2 bytes
@@ -48,10 +51,19 @@ def test_automatic_rows_then_context_shrink_to_fit_half_the_free_memory():
     assert tight.rows == 1 and tight.ctx == 2048
 
 
-def test_explicit_settings_are_kept_even_when_they_do_not_fit():
-    explicit = plan(rows=8, ctx=8192, threads=3, free_memory=1 * GIB)
+def test_explicit_settings_are_kept_when_they_fit_in_free_memory():
+    explicit = plan(rows=8, ctx=8192, threads=3, free_memory=16 * GIB)
 
     assert (explicit.rows, explicit.ctx, explicit.threads) == (8, 8192, 3)
+
+
+def test_explicit_settings_that_cannot_fit_are_refused_not_allocated():
+    with pytest.raises(InvalidRequest, match="smaller context"):
+        plan(rows=8, ctx=8192, free_memory=GIB // 64)
+
+
+def test_an_explicit_context_beyond_training_is_capped():
+    assert plan(ctx=10**9, train_context=8192, free_memory=16 * GIB).ctx == 8192
 
 
 def test_without_the_prefix_cache_there_are_no_pool_slots():

@@ -23,8 +23,13 @@ class Route:
 
 
 def _openai_chat(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0, **extra}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
 
 
 def _openai_completion(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
@@ -32,8 +37,13 @@ def _openai_completion(content: Any, max_tokens: Any = 4, model: Any = "smollm2"
 
 
 def _anthropic(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0, **extra}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extra,
+    }
 
 
 def _count_tokens(content: Any, max_tokens: Any = None, model: Any = "smollm2", **extra: Any) -> dict:
@@ -50,13 +60,23 @@ def _ollama_options(max_tokens: Any, extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ollama_chat(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": content}], "stream": False,
-            "options": _ollama_options(max_tokens, extra), **extra}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "stream": False,
+        "options": _ollama_options(max_tokens, extra),
+        **extra,
+    }
 
 
 def _ollama_generate(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
-    return {"model": model, "prompt": content, "stream": False, "options": _ollama_options(max_tokens, extra),
-            **extra}
+    return {
+        "model": model,
+        "prompt": content,
+        "stream": False,
+        "options": _ollama_options(max_tokens, extra),
+        **extra,
+    }
 
 
 def _responses(content: Any, max_tokens: Any = 4, model: Any = "smollm2", **extra: Any) -> dict:
@@ -74,8 +94,13 @@ ROUTES = (
 )
 ROUTE_IDS = [r.name for r in ROUTES]
 # every route that reads a JSON body, generation or not
-JSON_ROUTES = (*(("POST", r.path) for r in ROUTES), ("POST", "/api/show"), ("POST", "/api/pull"),
-               ("POST", "/api/copy"), ("DELETE", "/api/delete"))
+JSON_ROUTES = (
+    *(("POST", r.path) for r in ROUTES),
+    ("POST", "/api/show"),
+    ("POST", "/api/pull"),
+    ("POST", "/api/copy"),
+    ("DELETE", "/api/delete"),
+)
 
 
 def error_message(path: str, reply: httpx.Response) -> str:

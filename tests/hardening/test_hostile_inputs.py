@@ -138,8 +138,9 @@ def test_a_10_mb_model_name_is_not_found(client: httpx.Client, route: Route):
 def test_a_body_over_the_limit_is_a_413_in_every_dialect(tmp_path: Path):
     with running_server(server_settings(tmp_path, max_body_mb=1)) as small:
         for route in ROUTES:
-            reply = httpx.post(small.url + route.path, json=route.body(content="x" * (2 * 1024 * 1024)),
-                               timeout=TIMEOUT)
+            reply = httpx.post(
+                small.url + route.path, json=route.body(content="x" * (2 * 1024 * 1024)), timeout=TIMEOUT
+            )
             assert_refused(route.path, reply, 413)
 
 
@@ -160,8 +161,15 @@ def test_a_10_mb_stop_string_is_handled(client: httpx.Client):
 
 # ---- path traversal in model names ------------------------------------------------------------------
 
-TRAVERSALS = ["../../etc/passwd", "/etc/passwd", "..", "models/../../canary.gguf", "~/.ssh/id_rsa",
-              "..\\..\\windows", "C:\\Windows\\win.ini"]
+TRAVERSALS = [
+    "../../etc/passwd",
+    "/etc/passwd",
+    "..",
+    "models/../../canary.gguf",
+    "~/.ssh/id_rsa",
+    "..\\..\\windows",
+    "C:\\Windows\\win.ini",
+]
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +208,13 @@ def test_path_like_model_names_never_reach_the_filesystem(client: httpx.Client, 
 
 @pytest.mark.parametrize(
     "raw_path",
-    ["/v1/models/..%2F..%2Fetc%2Fpasswd", "/v1/models/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
-     "/v1/models/..%5C..%5Cetc%5Cpasswd", "/v1/models/%00", "/v1/models/%ff%fe"],
+    [
+        "/v1/models/..%2F..%2Fetc%2Fpasswd",
+        "/v1/models/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/v1/models/..%5C..%5Cetc%5Cpasswd",
+        "/v1/models/%00",
+        "/v1/models/%ff%fe",
+    ],
 )
 def test_traversal_in_the_model_url_is_a_404(server: LiveServer, raw_path: str):
     # httpx would normalise `../` away; send the path exactly as written
@@ -266,15 +279,24 @@ def evil(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path):
 
 def test_the_evil_model_serves_an_honest_request(evil):
     live, _ = evil
-    reply = httpx.post(live.url + "/v1/chat/completions", json=ROUTES[0].body(content="Say hi.", model="evil"),
-                       timeout=TIMEOUT)
+    reply = httpx.post(
+        live.url + "/v1/chat/completions",
+        json=ROUTES[0].body(content="Say hi.", model="evil"),
+        timeout=TIMEOUT,
+    )
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["prompt_tokens"] < 20
 
 
-@pytest.mark.parametrize("route", [r for r in ROUTES if r.path in ("/v1/chat/completions", "/v1/messages",
-                                                                    "/api/chat", "/v1/messages/count_tokens")],
-                         ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "route",
+    [
+        r
+        for r in ROUTES
+        if r.path in ("/v1/chat/completions", "/v1/messages", "/api/chat", "/v1/messages/count_tokens")
+    ],
+    ids=lambda r: r.name,
+)
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_template_escape_is_refused_or_harmless(evil, route: Route, attack: str):
     live, canary = evil
@@ -283,8 +305,12 @@ def test_a_template_escape_is_refused_or_harmless(evil, route: Route, attack: st
     if reply.status_code == 200:
         # rendered harmlessly: the unsafe read printed nothing, so the prompt stayed tiny
         body = reply.json()
-        prompt_tokens = body.get("input_tokens") or body.get("usage", {}).get("prompt_tokens") \
-            or body.get("usage", {}).get("input_tokens") or body.get("prompt_eval_count", 0)
+        prompt_tokens = (
+            body.get("input_tokens")
+            or body.get("usage", {}).get("prompt_tokens")
+            or body.get("usage", {}).get("input_tokens")
+            or body.get("prompt_eval_count", 0)
+        )
         assert prompt_tokens < 20, (attack, body)
         assert "TOP-SECRET" not in json.dumps(body)
     else:
@@ -299,3 +325,18 @@ def test_an_empty_prompt_is_a_400_not_an_engine_failure(client: httpx.Client):
     assert "empty" in assert_refused("/v1/completions", completion, 400)
     raw = client.post("/api/generate", json={"model": "smollm2", "prompt": "", "raw": True, "stream": False})
     assert "empty" in assert_refused("/api/generate", raw, 400)
+
+
+def test_an_endless_keep_alive_is_shown_as_the_end_of_time(client: httpx.Client):
+    loaded = client.post("/api/generate", json={"model": "smollm2", "keep_alive": 1e300})
+    assert loaded.status_code == 200, loaded.text
+    ps = client.get("/api/ps")
+    assert ps.status_code == 200, ps.text
+    assert ps.json()["models"][0]["expires_at"].startswith("9999-12-31")
+    client.post("/api/generate", json={"model": "smollm2", "keep_alive": -1})
+
+
+def test_a_keep_alive_too_large_for_a_float_is_a_400(client: httpx.Client):
+    raw = b'{"model": "smollm2", "keep_alive": 1' + b"0" * 400 + b"}"
+    message = assert_refused("/api/generate", post_raw(client, "POST", "/api/generate", raw), 400)
+    assert "keep_alive" in message

@@ -21,7 +21,7 @@ def free_port() -> int:
 
 
 def kinfer(*args: str, home: Path, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KINFER_HOME": str(home), "OLLAMA_MODELS": str(home / "no-ollama")}
+    env = {**os.environ, "KINFER_HOME": str(home), "OLLAMA_MODELS": str(home / "no-ollama"), "KINFER_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "kinfer", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, **kwargs)
 
@@ -40,7 +40,7 @@ def wait_for(url: str, timeout: float = 60) -> None:
 @pytest.fixture
 def headless(tmp_path: Path):
     port = free_port()
-    env = {**os.environ, "KINFER_HOME": str(tmp_path), "OLLAMA_MODELS": str(tmp_path / "no-ollama")}
+    env = {**os.environ, "KINFER_HOME": str(tmp_path), "OLLAMA_MODELS": str(tmp_path / "no-ollama"), "KINFER_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "kinfer", "--headless", "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     url = f"http://127.0.0.1:{port}"

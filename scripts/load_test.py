@@ -1,0 +1,475 @@
+#!/usr/bin/env python
+"""A bounded load test of `kinfer --headless` on loopback: many streaming clients, some leaving early.
+
+    python scripts/load_test.py                         # 256 clients, --parallel 16, 24 tokens each
+    python scripts/load_test.py --clients 32 --json out.json
+
+It starts its own server (a subprocess on a free 127.0.0.1 port, bundled SmolLM2, a throwaway
+KINFER_HOME), computes each prompt's greedy reply alone first, then opens every client at once
+(OpenAI SSE and Ollama NDJSON, alternating). A share of the clients (--disconnect) close their
+connection at a random point. It checks that
+
+- every reply that finished is whole: the same text as that prompt's reply computed alone;
+- no answer was a 5xx, except deliberate 503s (a full queue, with Retry-After);
+- afterwards every row is free, no request is active, and the server's RSS is back near its
+  baseline (measured after the warm-up, before the burst).
+
+Everything is bounded: the counts are fixed, each client has a timeout, and --time-limit stops the
+whole run. Exit status 0 when every check holds, 1 otherwise; --json writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+PROMPTS = (
+    "Name three fruits.",
+    "What is 2 + 2?",
+    "Say hello in French.",
+    "What colour is the sky?",
+    "Write one sentence about the sea.",
+    "What is the capital of Italy?",
+    "Name a planet.",
+    "Give me a number between 1 and 10.",
+    "What do bees make?",
+    "Describe a cat in five words.",
+    "What is the opposite of hot?",
+    "Name a musical instrument.",
+    "How many legs does a spider have?",
+    "What is water made of?",
+    "Suggest a name for a dog.",
+    "What season comes after winter?",
+)
+DIALECTS = ("openai", "ollama")
+SETTLE_S = 60.0
+RSS_SLACK_BYTES = 64 * 1024 * 1024
+RSS_SLACK_RATIO = 0.15
+
+
+@dataclass
+class ClientResult:
+    index: int
+    dialect: str
+    prompt: int
+    leave_after: int | None  # content chunks to read before closing; None = stay to the end
+    status: int = 0
+    text: str = ""
+    finish: str | None = None
+    left: bool = False
+    error: str | None = None
+    first_token_s: float | None = None
+    total_s: float = 0.0
+    chunks: int = 0
+
+
+@dataclass
+class Report:
+    command: str
+    machine: dict
+    clients: int
+    parallel: int
+    max_tokens: int
+    disconnect_share: float
+    wall_s: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+    finished: int = 0
+    left_early: int = 0
+    planned_leavers: int = 0
+    busy_503: int = 0
+    mismatched: list[str] = field(default_factory=list)
+    server_errors: list[str] = field(default_factory=list)
+    client_errors: list[str] = field(default_factory=list)
+    max_rows_busy: float = 0.0
+    max_queue_depth: float = 0.0
+    rows_busy_after: float = -1.0
+    requests_active_after: float = -1.0
+    cancelled: float = 0.0
+    generated_tokens: float = 0.0
+    tokens_per_second: float = 0.0
+    first_token_p50_s: float | None = None
+    first_token_p95_s: float | None = None
+    total_p50_s: float | None = None
+    total_p95_s: float | None = None
+    rss_baseline_mb: float = 0.0
+    rss_peak_mb: float = 0.0
+    rss_after_mb: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+# ---- the server ------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(home: Path, port: int, parallel: int, ctx: int, log_path: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "KINFER_HOME": str(home),
+        "OLLAMA_MODELS": str(home / "no-ollama"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "kinfer",
+        "--headless",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--parallel",
+        str(parallel),
+        "--ctx",
+        str(ctx),
+        "--keep-alive=-1",
+    ]
+    log = log_path.open("w")
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def wait_for_health(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with status {process.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the server did not answer /health")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of `name` over the series whose labels include `labels` (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if match:
+            found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(match.group(2))
+    return total
+
+
+def rss(process: subprocess.Popen) -> int:
+    return psutil.Process(process.pid).memory_info().rss
+
+
+# ---- the clients -----------------------------------------------------------------------------------
+
+
+def request_for(dialect: str, prompt: str, max_tokens: int, stream: bool) -> tuple[str, dict]:
+    messages = [{"role": "user", "content": prompt}]
+    if dialect == "openai":
+        return "/v1/chat/completions", {
+            "model": "smollm2",
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "stream": stream,
+        }
+    # the same sampling as the OpenAI request (Ollama's default repeat penalty is 1.1)
+    options = {"temperature": 0, "num_predict": max_tokens, "repeat_penalty": 1.0}
+    return "/api/chat", {"model": "smollm2", "messages": messages, "stream": stream, "options": options}
+
+
+async def reference(client: httpx.AsyncClient, dialect: str, prompt: int, max_tokens: int) -> tuple[str, int]:
+    """The prompt's greedy reply alone, streamed the same way: (text, content chunks)."""
+    solo = ClientResult(index=-1, dialect=dialect, prompt=prompt, leave_after=None)
+    await run_client(client, solo, max_tokens)
+    if solo.status != 200 or solo.error or not solo.finish:
+        raise RuntimeError(f"the reference reply for prompt {prompt} failed: {solo.status} {solo.error}")
+    return solo.text, solo.chunks
+
+
+def parse_chunk(dialect: str, line: str) -> tuple[str, str | None, str | None] | None:
+    """(text, finish, error) from one line of the stream, or None for a line that carries nothing."""
+    if dialect == "openai":
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            return None
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            return "", None, json.dumps(chunk["error"])
+        text, finish = "", None
+        for choice in chunk["choices"]:
+            text += choice["delta"].get("content") or ""
+            finish = choice.get("finish_reason") or finish
+        return text, finish, None
+    if not line.strip():
+        return None
+    chunk = json.loads(line)
+    if "error" in chunk:
+        return "", None, chunk["error"]
+    return (
+        chunk.get("message", {}).get("content", ""),
+        chunk.get("done_reason") if chunk.get("done") else None,
+        None,
+    )
+
+
+async def run_client(client: httpx.AsyncClient, result: ClientResult, max_tokens: int) -> None:
+    path, body = request_for(result.dialect, PROMPTS[result.prompt], max_tokens, stream=True)
+    started = time.monotonic()
+    chunks: list[str] = []
+    try:
+        async with client.stream("POST", path, json=body) as reply:
+            result.status = reply.status_code
+            if reply.status_code != 200:
+                await reply.aread()
+                result.error = reply.text[:200]
+                return
+            if result.leave_after == 0:
+                result.left = True
+                return
+            async for line in reply.aiter_lines():
+                parsed = parse_chunk(result.dialect, line)
+                if parsed is None:
+                    continue
+                text, finish, error = parsed
+                if error:
+                    result.error = error
+                if text:
+                    if result.first_token_s is None:
+                        result.first_token_s = time.monotonic() - started
+                    chunks.append(text)
+                result.finish = finish or result.finish
+                if result.leave_after is not None and len(chunks) >= result.leave_after:
+                    result.left = True  # leaving the `async with` closes the connection mid-stream
+                    return
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        result.text = "".join(chunks)
+        result.chunks = len(chunks)
+        result.total_s = time.monotonic() - started
+
+
+async def watch(url: str, report: Report, stop: asyncio.Event, process: subprocess.Popen) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            try:
+                text = (await client.get("/metrics")).text
+                report.max_rows_busy = max(report.max_rows_busy, metric(text, "kinfer_rows_busy"))
+                report.max_queue_depth = max(report.max_queue_depth, metric(text, "kinfer_queue_depth"))
+                report.rss_peak_mb = max(report.rss_peak_mb, rss(process) / 2**20)
+            except (httpx.HTTPError, psutil.Error):
+                pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+
+
+async def burst(url: str, args: argparse.Namespace, report: Report, process: subprocess.Popen) -> None:
+    limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients + 8)
+    async with httpx.AsyncClient(base_url=url, timeout=args.client_timeout, limits=limits) as client:
+        wanted = sorted({(DIALECTS[i % 2], i % len(PROMPTS)) for i in range(args.clients)})
+        solo = {key: await reference(client, key[0], key[1], args.max_tokens) for key in wanted}
+        await asyncio.sleep(1.0)
+        report.rss_baseline_mb = rss(process) / 2**20
+        before = (await client.get("/metrics")).text
+
+        rng = random.Random(args.seed)
+        results = []
+        for i in range(args.clients):
+            key = (DIALECTS[i % 2], i % len(PROMPTS))
+            # a leaver closes its connection before the reply's last chunk: right after the headers
+            # (0) or after some of the text, at a point drawn from the length of that reply alone
+            leave = rng.randint(0, solo[key][1] - 1) if rng.random() < args.disconnect else None
+            results.append(ClientResult(index=i, dialect=key[0], prompt=key[1], leave_after=leave))
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch(url, report, stop, process))
+        started = time.monotonic()
+        await asyncio.gather(*(run_client(client, r, args.max_tokens) for r in results))
+        report.wall_s = time.monotonic() - started
+        stop.set()
+        await watcher
+
+    judge(results, solo, report)
+    settle(url, report, process, before)
+
+
+def judge(results: list[ClientResult], solo: dict, report: Report) -> None:
+    report.planned_leavers = sum(1 for r in results if r.leave_after is not None)
+    for r in results:
+        report.statuses[str(r.status)] = report.statuses.get(str(r.status), 0) + 1
+        where = f"client {r.index} ({r.dialect}, prompt {r.prompt})"
+        if r.status == 503:
+            report.busy_503 += 1
+        elif r.status >= 500 or (r.status == 200 and r.error):
+            report.server_errors.append(f"{where}: {r.status} {r.error}")
+        elif r.status != 200:
+            report.client_errors.append(f"{where}: {r.status} {r.error}")
+        elif r.left:
+            report.left_early += 1
+        elif r.error:
+            report.client_errors.append(f"{where}: {r.error}")
+        else:
+            report.finished += 1
+            expected = solo[(r.dialect, r.prompt)][0]
+            if r.text != expected or r.finish not in ("stop", "length"):
+                report.mismatched.append(f"{where}: {r.text!r} ({r.finish}) != {expected!r}")
+    firsts = sorted(r.first_token_s for r in results if r.first_token_s is not None and not r.left)
+    totals = sorted(r.total_s for r in results if r.status == 200 and not r.left)
+    if firsts:
+        report.first_token_p50_s = round(statistics.median(firsts), 3)
+        report.first_token_p95_s = round(firsts[int(0.95 * (len(firsts) - 1))], 3)
+    if totals:
+        report.total_p50_s = round(statistics.median(totals), 3)
+        report.total_p95_s = round(totals[int(0.95 * (len(totals) - 1))], 3)
+
+
+def settle(url: str, report: Report, process: subprocess.Popen, before: str) -> None:
+    """Wait (bounded) for the rows and requests to drain, then read the numbers after the burst."""
+    deadline = time.monotonic() + SETTLE_S
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(url + "/metrics", timeout=10).text
+        if metric(text, "kinfer_rows_busy") == 0 and metric(text, "kinfer_requests_active") == 0:
+            break
+        time.sleep(0.2)
+    report.rows_busy_after = metric(text, "kinfer_rows_busy")
+    report.requests_active_after = metric(text, "kinfer_requests_active")
+    report.cancelled = metric(text, "kinfer_requests_total", outcome="cancelled") - metric(
+        before, "kinfer_requests_total", outcome="cancelled"
+    )
+    report.generated_tokens = metric(text, "kinfer_generated_tokens_total") - metric(
+        before, "kinfer_generated_tokens_total"
+    )
+    report.tokens_per_second = round(report.generated_tokens / report.wall_s, 1) if report.wall_s else 0.0
+    time.sleep(2.0)  # let freed buffers go back before reading RSS
+    report.rss_after_mb = rss(process) / 2**20
+
+
+def check(report: Report) -> None:
+    if report.server_errors:
+        report.failures.append(f"{len(report.server_errors)} server errors (5xx other than 503)")
+    if report.client_errors:
+        report.failures.append(f"{len(report.client_errors)} unexpected answers")
+    if report.mismatched:
+        report.failures.append(f"{len(report.mismatched)} finished replies differ from the reply alone")
+    if report.finished == 0:
+        report.failures.append("no reply finished")
+    if report.rows_busy_after != 0 or report.requests_active_after != 0:
+        report.failures.append(
+            f"not drained: {report.rows_busy_after} rows busy, {report.requests_active_after} active"
+        )
+    # a client that leaves after its reply was fully generated is not a cancellation, so this is an
+    # upper bound only; tests/hardening/test_disconnects.py checks cancellations exactly
+    if report.cancelled > report.left_early:
+        report.failures.append(f"{report.cancelled} cancellations but only {report.left_early} clients left")
+    limit = report.rss_baseline_mb * (1 + RSS_SLACK_RATIO) + RSS_SLACK_BYTES / 2**20
+    if report.rss_after_mb > limit:
+        report.failures.append(
+            f"RSS after the burst {report.rss_after_mb:.0f} MiB > {limit:.0f} MiB "
+            f"(baseline {report.rss_baseline_mb:.0f} MiB)"
+        )
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=256, help="concurrent streaming clients")
+    parser.add_argument("--parallel", type=int, default=16, help="rows the server decodes together")
+    parser.add_argument("--max-tokens", type=int, default=24, help="tokens per reply")
+    parser.add_argument("--ctx", type=int, default=512, help="context per row")
+    parser.add_argument("--disconnect", type=float, default=0.1, help="share of clients that leave early")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--client-timeout", type=float, default=600.0, help="seconds per client request")
+    parser.add_argument("--time-limit", type=float, default=1200.0, help="seconds for the whole run")
+    parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument("--quiet", action="store_true", help="print only the verdict")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = Report(
+        command=" ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        machine=machine(),
+        clients=args.clients,
+        parallel=args.parallel,
+        max_tokens=args.max_tokens,
+        disconnect_share=args.disconnect,
+    )
+    with tempfile.TemporaryDirectory(prefix="kinfer-load-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        process = start_server(home, port, args.parallel, args.ctx, Path(tmp) / "server.log")
+        try:
+            wait_for_health(url, process)
+            asyncio.run(asyncio.wait_for(burst(url, args, report, process), args.time_limit))
+        except TimeoutError:
+            report.failures.append(f"the run passed its time limit of {args.time_limit:.0f}s")
+        finally:
+            stop_server(process)
+            server_log = (Path(tmp) / "server.log").read_text(errors="replace")
+        if "Traceback" in server_log and report.server_errors:
+            report.failures.append("the server logged tracebacks")
+    check(report)
+    if args.json:
+        args.json.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+    if not args.quiet:
+        print(json.dumps({k: v for k, v in asdict(report).items() if k not in ("mismatched",)}, indent=2))
+    print("PASS" if report.ok else "FAIL: " + "; ".join(report.failures))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
