@@ -38,8 +38,11 @@ def test_refusals_speak_the_callers_dialect(locked: LiveServer):
 def test_cors_admits_configured_origins_only(locked: LiveServer):
     preflight = httpx.options(
         locked.url + "/v1/chat/completions",
-        headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization, content-type"},
+        headers={
+            "Origin": "http://localhost:3000",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
     )
     assert preflight.status_code == 204
     assert preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
@@ -60,7 +63,10 @@ def test_it_binds_loopback_by_default():
 
 def test_an_oversized_body_is_a_413(tmp_path):
     with running_server(server_settings(tmp_path, max_body_mb=0.01)) as server:
-        reply = httpx.post(server.url + "/v1/chat/completions", content=b"x" * 20_000,
-                           headers={"content-type": "application/json"})
+        reply = httpx.post(
+            server.url + "/v1/chat/completions",
+            content=b"x" * 20_000,
+            headers={"content-type": "application/json"},
+        )
         assert reply.status_code == 413
         assert reply.json()["error"]["type"] == "request_too_large"

@@ -20,10 +20,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def server_env(home: Path) -> dict[str, str]:
+    # one llama.cpp thread: ggml's spinning barrier stalls when the test's own processes take a core
+    return {
+        **os.environ,
+        "KINFER_HOME": str(home),
+        "OLLAMA_MODELS": str(home / "no-ollama"),
+        "KINFER_THREADS": "1",
+    }
+
+
 def kinfer(*args: str, home: Path, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KINFER_HOME": str(home), "OLLAMA_MODELS": str(home / "no-ollama"), "KINFER_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "kinfer", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, **kwargs)
+    env = server_env(home)
+    return subprocess.run(
+        [sys.executable, "-m", "kinfer", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,
+    )
 
 
 def wait_for(url: str, timeout: float = 60) -> None:
@@ -40,9 +56,14 @@ def wait_for(url: str, timeout: float = 60) -> None:
 @pytest.fixture
 def headless(tmp_path: Path):
     port = free_port()
-    env = {**os.environ, "KINFER_HOME": str(tmp_path), "OLLAMA_MODELS": str(tmp_path / "no-ollama"), "KINFER_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "kinfer", "--headless", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = server_env(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kinfer", "--headless", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(url)
@@ -54,7 +75,7 @@ def headless(tmp_path: Path):
 
 
 def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
-    url, port, process = headless
+    _url, port, process = headless
     assert kinfer("ps", "--port", str(port), home=tmp_path).stdout.strip() == "no model loaded"
     reply = kinfer("run", "smollm2", "What is the capital of France?", "--port", str(port), home=tmp_path)
     assert reply.returncode == 0, reply.stderr

@@ -33,8 +33,14 @@ def wide_server(tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
 
 
 def body(prompt: str, stream: bool) -> dict:
-    return {"model": "smollm2", "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": 24, "stream": stream, "stream_options": {"include_usage": True}}
+    return {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": 24,
+        "stream": stream,
+        "stream_options": {"include_usage": True},
+    }
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str) -> tuple[str, str]:

@@ -45,16 +45,24 @@ def test_chat_streams_ndjson_and_ends_with_done(client: ollama.Client):
 
 
 def test_generate_with_system_raw_and_a_go_template(client: ollama.Client):
-    reply = client.generate(model="smollm2", prompt="What is the capital of France?", system="Answer in one word.",
-                            options=GREEDY)
+    reply = client.generate(
+        model="smollm2", prompt="What is the capital of France?", system="Answer in one word.", options=GREEDY
+    )
     assert reply.response.strip()
-    raw = client.generate(model="smollm2", prompt="The capital of France is", raw=True,
-                          options={"temperature": 0, "num_predict": 3})
+    raw = client.generate(
+        model="smollm2",
+        prompt="The capital of France is",
+        raw=True,
+        options={"temperature": 0, "num_predict": 3},
+    )
     assert raw.prompt_eval_count == 5 and raw.eval_count == 3
     templated = client.generate(
-        model="smollm2", prompt="Hi", system="Be brief.", options={"temperature": 0, "num_predict": 3},
+        model="smollm2",
+        prompt="Hi",
+        system="Be brief.",
+        options={"temperature": 0, "num_predict": 3},
         template="{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
-                 "<|im_start|>user\n{{ .Prompt }}<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\n{{ .Prompt }}<|im_end|>\n<|im_start|>assistant\n",
     )
     assert templated.eval_count == 3
 

@@ -24,8 +24,9 @@ def hub(tmp_path, monkeypatch):
 
 def test_api_pull_streams_progress_then_lists_the_model(hub, tmp_path):
     with running_server(server_settings(tmp_path / "home")) as server:
-        with httpx.stream("POST", server.url + "/api/pull", json={"model": "hf.co/acme/tiny-GGUF"},
-                          timeout=60) as reply:
+        with httpx.stream(
+            "POST", server.url + "/api/pull", json={"model": "hf.co/acme/tiny-GGUF"}, timeout=60
+        ) as reply:
             lines = [json.loads(line) for line in reply.iter_lines() if line]
         statuses = [line["status"] for line in lines]
         assert statuses[-1] == "success"

@@ -35,8 +35,9 @@ def client(qwen_server: LiveServer) -> ollama.Client:
 
 
 def chat(client: ollama.Client, think):
-    return client.chat(model="tiny-qwen3", messages=ASK, think=think,
-                       options={"temperature": 0, "num_predict": 8})
+    return client.chat(
+        model="tiny-qwen3", messages=ASK, think=think, options={"temperature": 0, "num_predict": 8}
+    )
 
 
 def test_the_store_serves_the_directory_on_mlx(client: ollama.Client):
@@ -63,12 +64,14 @@ def test_think_false_renders_the_empty_block_and_the_reply_is_content(client: ol
 
 def test_openai_reasoning_effort_maps_to_think(qwen_server: LiveServer):
     client = openai.OpenAI(base_url=qwen_server.url + "/v1", api_key="x", max_retries=0)
-    reply = client.chat.completions.create(model="tiny-qwen3", messages=ASK, reasoning_effort="high",
-                                           max_tokens=8, temperature=0)
+    reply = client.chat.completions.create(
+        model="tiny-qwen3", messages=ASK, reasoning_effort="high", max_tokens=8, temperature=0
+    )
     message = reply.choices[0].message
     assert message.model_extra["reasoning_content"]
     assert not message.content
-    none = client.chat.completions.create(model="tiny-qwen3", messages=ASK, reasoning_effort="none",
-                                          max_tokens=8, temperature=0)
+    none = client.chat.completions.create(
+        model="tiny-qwen3", messages=ASK, reasoning_effort="none", max_tokens=8, temperature=0
+    )
     assert none.choices[0].message.content
     assert "reasoning_content" not in (none.choices[0].message.model_extra or {})
