@@ -102,6 +102,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
             # never hides the same flag given before the subcommand
             default=argparse.SUPPRESS,
             choices=f.metadata.get("choices"),
+            metavar=None if f.metadata.get("choices") else f.name.upper(),
             help=f.metadata["help"],
         )
 
