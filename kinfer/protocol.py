@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -55,6 +55,10 @@ class Sampling:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    def given(self, **values: float | int | None) -> Sampling:
+        """These defaults with the values a client sent; None means "not sent"."""
+        return replace(self, **{name: value for name, value in values.items() if value is not None})
 
 
 ThinkLevel = Literal["low", "medium", "high"]

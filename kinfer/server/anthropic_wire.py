@@ -114,12 +114,7 @@ class MessagesBody(CountTokensBody):
     metadata: dict[str, Any] | None = None
 
     def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_k=base.top_k if self.top_k is None else self.top_k,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-        )
+        return Sampling().given(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def stops(self) -> tuple[str, ...]:
         stops = tuple(s for s in self.stop_sequences or () if s)

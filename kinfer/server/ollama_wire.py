@@ -12,9 +12,12 @@ from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
 from kinfer.scheduler import validate_request
-from kinfer.server.wire import WireModel
+from kinfer.server.wire import FunctionDef, WireModel
 
 # ---- wire schemas ---------------------------------------------------------------------------
+
+
+OLLAMA_SAMPLING = Sampling(repeat_penalty=1.1)  # Ollama's defaults differ from llama.cpp's here
 
 
 class Options(WireModel):
@@ -32,16 +35,15 @@ class Options(WireModel):
     num_ctx: int | None = Field(default=None, ge=1)
 
     def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_k=base.top_k if self.top_k is None else self.top_k,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-            min_p=base.min_p if self.min_p is None else self.min_p,
-            repeat_penalty=1.1 if self.repeat_penalty is None else self.repeat_penalty,  # Ollama's default
-            repeat_last_n=64 if self.repeat_last_n in (None, -1) else self.repeat_last_n,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
+        return OLLAMA_SAMPLING.given(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            repeat_last_n=None if self.repeat_last_n == -1 else self.repeat_last_n,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             seed=self.seed,
         )
 
@@ -73,12 +75,6 @@ class WireMessage(WireModel):
     tool_calls: list[WireToolCall] | None = None
     tool_name: str | None = None
     tool_call_id: str | None = None
-
-
-class FunctionDef(WireModel):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
 
 
 class WireTool(WireModel):
@@ -163,6 +159,23 @@ def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> 
         raise InvalidRequest("images: this model reads text only")
 
 
+def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, Any]:
+    """The ChatRequest fields /api/chat and /api/generate fill the same way."""
+    think, level = think_fields(body.think)
+    return dict(
+        model=body.model,
+        sampling=body.options.sampling(),
+        max_tokens=body.options.max_tokens(),
+        stop=body.options.stops(),
+        think=think,
+        think_level=level,
+        keep_alive=keep_alive_seconds(body.keep_alive),
+        num_ctx=body.options.num_ctx,
+        dialect="ollama",
+        request_id=request_id,
+    )
+
+
 def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
     if not body.messages:
         raise InvalidRequest("messages must not be empty")
@@ -188,24 +201,10 @@ def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
                 name=m.tool_name,
             )
         )
-    think, level = think_fields(body.think)
     tools = tuple(
         ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or ()
     )
-    request = ChatRequest(
-        model=body.model,
-        messages=tuple(messages),
-        tools=tools,
-        sampling=body.options.sampling(),
-        max_tokens=body.options.max_tokens(),
-        stop=body.options.stops(),
-        think=think,
-        think_level=level,
-        keep_alive=keep_alive_seconds(body.keep_alive),
-        num_ctx=body.options.num_ctx,
-        dialect="ollama",
-        request_id=request_id,
-    )
+    request = ChatRequest(messages=tuple(messages), tools=tools, **common_fields(body, request_id))
     validate_request(request)
     return request
 
@@ -214,19 +213,7 @@ def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:
     check_format(body.format, body.images)
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
-    think, level = think_fields(body.think)
-    common = dict(
-        model=body.model,
-        sampling=body.options.sampling(),
-        max_tokens=body.options.max_tokens(),
-        stop=body.options.stops(),
-        think=think,
-        think_level=level,
-        keep_alive=keep_alive_seconds(body.keep_alive),
-        num_ctx=body.options.num_ctx,
-        dialect="ollama",
-        request_id=request_id,
-    )
+    common = common_fields(body, request_id)
     if body.raw:
         return ChatRequest(raw_prompt=body.prompt, **common)
     if body.template:

@@ -12,7 +12,7 @@ from pydantic import Field
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
 from kinfer.scheduler import validate_request
-from kinfer.server.wire import WireModel
+from kinfer.server.wire import FunctionDef, WireModel
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,6 @@ class WireMessage(WireModel):
     name: str | None = None
 
 
-class FunctionDef(WireModel):
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
 class WireTool(WireModel):
     type: str = "function"
     function: FunctionDef | None = None
@@ -80,15 +74,14 @@ class SamplingFields(WireModel):
     ignore_eos: bool = False  # llama.cpp extension, used by benchmarks
 
     def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_k=base.top_k if self.top_k is None else self.top_k,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-            min_p=base.min_p if self.min_p is None else self.min_p,
-            repeat_penalty=base.repeat_penalty if self.repeat_penalty is None else self.repeat_penalty,
-            presence_penalty=self.presence_penalty or 0.0,
-            frequency_penalty=self.frequency_penalty or 0.0,
+        return Sampling().given(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repeat_penalty=self.repeat_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             seed=self.seed,
         )
 

@@ -89,11 +89,7 @@ class ResponsesBody(WireModel):
     text: dict[str, Any] | None = None
 
     def sampling(self) -> Sampling:
-        base = Sampling()
-        return Sampling(
-            temperature=base.temperature if self.temperature is None else self.temperature,
-            top_p=base.top_p if self.top_p is None else self.top_p,
-        )
+        return Sampling().given(temperature=self.temperature, top_p=self.top_p)
 
 
 # ---- translation ------------------------------------------------------------------------------

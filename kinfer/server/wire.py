@@ -7,7 +7,7 @@ import logging
 import re
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from quart import request
 
 from kinfer.errors import InvalidRequest
@@ -30,6 +30,14 @@ class WireModel(BaseModel):
         if self.model_extra:
             log.debug("%s: ignoring unknown fields %s", type(self).__name__, sorted(self.model_extra))
         return self
+
+
+class FunctionDef(WireModel):
+    """A function tool's definition; OpenAI and Ollama spell it the same way."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
 
 
 def describe_validation_error(exc: ValidationError) -> str:
