@@ -31,4 +31,10 @@ if [ "$(uname -s)" = "Linux" ] && ! ls /usr/lib/*-linux-gnu/libopenblas*.so* >/d
     echo "note: install OpenBLAS (e.g. apt-get install libopenblas0-pthread) to speed up MLX on the CPU" >&2
   fi
 fi
+# The dashboard's terminal test drives a real `kinfer` in tmux.
+if [ -n "${extras}" ] && ! command -v tmux >/dev/null 2>&1 && [ "$(id -u)" = "0" ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1 \
+    || echo "note: could not install tmux; the dashboard's terminal test will be skipped" >&2
+fi
 echo "kinfer installed in .venv ($(.venv/bin/python -c 'import kinfer; print(kinfer.__version__)'))"
