@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.25  # how long an idle engine thread sleeps between checks of its inbox
 MAX_RELOADS = 3  # consecutive engine faults before the model is given up
+STATS_INTERVAL_S = 0.1  # how stale the published EngineStats may get while the batch runs
 # no tokenizer averages this many characters per token over a whole prompt; a longer prompt cannot
 # fit, so it is refused before tokenizing it (10 MB of text holds the engine thread ~10 s)
 MAX_CHARS_PER_TOKEN = 64
@@ -104,6 +105,7 @@ class EngineWorker:
             return
         self.loaded.set_result(engine.info)
         self.stats = engine.stats()
+        stats_at = time.monotonic()
         reloads = 0
         while True:
             busy = engine.has_work or bool(self._waiting and engine.free_rows)
@@ -126,7 +128,11 @@ class EngineWorker:
                     if update.finish is not None:
                         self._active.discard(update.job_id)
                 self._call_soon(self._callbacks.updates, updates)
-            self.stats = engine.stats()
+            # stats are read a few times a second (dashboard, /metrics): not every step, but always
+            # once the batch drains so an idle model never shows stale busy rows
+            now = time.monotonic()
+            if not engine.has_work or now - stats_at >= STATS_INTERVAL_S:
+                self.stats, stats_at = engine.stats(), now
         engine.close()
 
     def _drain_inbox(self, engine: Engine, *, block: bool) -> bool:
