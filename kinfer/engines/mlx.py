@@ -30,6 +30,7 @@ import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.mlx_fuse import fuse_projections
+from kinfer.engines.mlx_gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx_kv import (
     BLOCK,
     BlockAllocator,
@@ -81,6 +82,7 @@ class MlxEngine:
             # on a GPU the host-side cost of each matrix product dominates small batches (mlx_fuse)
             log.debug("fused %d projection groups", fuse_projections(self._model))
         install_attention_hook()
+        install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
 
         # Metal: keep the weights wired (as mlx-lm's generators do); no-op elsewhere
@@ -279,7 +281,7 @@ class MlxEngine:
             self._ensure_blocks(row, row.fed + 1)
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
-        logits = self._model(inputs[:, None], cache=self._views(layout, plan.state_rows))[:, -1, :]
+        logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
         history = None
         if plan.sampling.penalties and self._history is not None:
             history = self._history if plan.state_rows is None else self._history[plan.state_rows]
@@ -314,7 +316,7 @@ class MlxEngine:
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
         inputs = mx.array([list(r.job.prompt[r.fed : r.fed + length]) for r in rows])
         state_rows = mx.array(slots.astype(np.int32))
-        self._model(inputs, cache=self._views(layout, state_rows))  # logits unused: never computed
+        self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
         for row in rows:
             row.fed += length
             self._batch.set_position(row.slot, row.fed)
@@ -336,6 +338,11 @@ class MlxEngine:
             if update.finish is not None:
                 self._release(row, save=True)
         return updates
+
+    def forward(self, inputs: mx.array, views: list) -> mx.array:
+        """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
+        with kinfer_pass():
+            return self._model(inputs, cache=views)
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 

@@ -42,14 +42,12 @@ def check_engine_layers(engine) -> None:
         one = mx.array([0], dtype=mx.int32)
         for start, end in ((0, 3), (3, CHECK_TOKENS - 1)):
             layout = PassLayout(table[:1], np.array([start]), end - start, decode=False)
-            engine._model(mx.array([tokens[start:end]]), cache=engine._views(layout, one))
+            engine.forward(mx.array([tokens[start:end]]), engine._views(layout, one))
         starts = np.array([CHECK_TOKENS - 1, 0][: len(slots)])
         layout = PassLayout(table, starts, 1, decode=True)
         inputs = mx.array([tokens[-1], tokens[0]][: len(slots)])
         rows = mx.array(np.array(slots, dtype=np.int32))
-        logits = engine._model(inputs[:, None], cache=engine._views(layout, rows))[:, -1, :].astype(
-            mx.float32
-        )
+        logits = engine.forward(inputs[:, None], engine._views(layout, rows))[:, -1, :].astype(mx.float32)
         expected = mx.stack([reference[-1], reference[0]][: len(slots)])
         diff = mx.abs(logits - expected).max().item()
         scale = mx.abs(expected).max().item()

@@ -135,15 +135,15 @@ _cuda: bool | None = None
 _calls: dict[tuple, dict] = {}
 
 
+def on_cuda_gpu() -> bool:
+    """MLX computes on a CUDA GPU (where kinfer's CUDA kernels can run)."""
+    return hasattr(mx, "cuda") and mx.cuda.is_available() and mx.default_device() == mx.gpu
+
+
 def fused_decode_available(dim: int, dim_v: int, dtype: mx.Dtype) -> bool:
     global _cuda
     if _cuda is None:
-        _cuda = (
-            os.environ.get("KINFER_MLX_FUSED_DECODE", "1") != "0"
-            and hasattr(mx, "cuda")
-            and mx.cuda.is_available()
-            and mx.default_device() == mx.gpu
-        )
+        _cuda = os.environ.get("KINFER_MLX_FUSED_DECODE", "1") != "0" and on_cuda_gpu()
     return _cuda and dim % 32 == 0 and dim_v % 32 == 0 and dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 

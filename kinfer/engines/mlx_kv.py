@@ -17,12 +17,12 @@ from kinfer.engines import mlx_blas  # noqa: F401  (before the first `import mlx
 # isort: split
 
 import logging
-import sys
 from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
 
+from kinfer.engines.mlx_hooks import reroute
 from kinfer.engines.mlx_kernels import fused_decode_available, paged_decode_attention
 
 log = logging.getLogger(__name__)
@@ -394,13 +394,4 @@ def install_attention_hook() -> int:
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
         setattr(wrapper, _HOOKED, True)
         base.scaled_dot_product_attention = wrapper
-    hooked = 0
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("mlx_lm.models.") or module is None:
-            continue
-        found = getattr(module, "scaled_dot_product_attention", None)
-        if found is original:
-            module.scaled_dot_product_attention = wrapper
-        if module.__dict__.get("scaled_dot_product_attention") is wrapper:
-            hooked += 1
-    return hooked
+    return reroute("scaled_dot_product_attention", original, wrapper)
