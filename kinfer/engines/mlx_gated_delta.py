@@ -126,7 +126,7 @@ def gated_delta_kernel(
     return y, new_state
 
 
-def _fits(q: mx.array, k: mx.array, v: mx.array, a: mx.array, mask, use_kernel: bool) -> bool:
+def _fits(k: mx.array, v: mx.array, a: mx.array, mask: mx.array | None, use_kernel: bool) -> bool:
     dk, hk, hv = k.shape[-1], k.shape[-2], v.shape[-2]
     return (
         _depth > 0
@@ -155,7 +155,7 @@ def install_gated_delta_hook() -> int:
         original = current
 
         def wrapper(q, k, v, a, b, A_log, dt_bias, state=None, mask=None, *, use_kernel=True, **options):
-            if options.get("lower_bound") is not None or not _fits(q, k, v, a, mask, use_kernel):
+            if options.get("lower_bound") is not None or not _fits(k, v, a, mask, use_kernel):
                 return original(q, k, v, a, b, A_log, dt_bias, state, mask, use_kernel=use_kernel, **options)
             beta = mx.sigmoid(b)
             if options.get("allow_neg_eigval"):
