@@ -12,7 +12,7 @@ from pydantic import Field
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
 from kinfer.scheduler import validate_request
-from kinfer.server.wire import FunctionDef, WireModel
+from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +195,7 @@ def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
     if choice is None:
         return "auto"
     if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
-        return choice
+        return tool_choice_mode(choice)
     function = choice.get("function") or {}
     name = function.get("name") if isinstance(function, dict) else None
     if not name:

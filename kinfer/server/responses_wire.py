@@ -16,7 +16,7 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall, ToolSpec
-from kinfer.server.wire import WireModel
+from kinfer.server.wire import WireModel, tool_choice_mode
 
 log = logging.getLogger(__name__)
 
@@ -201,9 +201,7 @@ def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
     if choice is None:
         return "auto"
     if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
-        return choice
+        return tool_choice_mode(choice)
     if choice.get("type") == "function" and choice.get("name"):
         return str(choice["name"])
     if choice.get("type") == "allowed_tools":

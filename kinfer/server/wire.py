@@ -40,6 +40,13 @@ class FunctionDef(WireModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
+def tool_choice_mode(choice: str) -> str:
+    """A tool_choice given as a string (both OpenAI dialects): 'auto', 'none' or 'required'."""
+    if choice not in ("auto", "none", "required"):
+        raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
+    return choice
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One readable line per problem: `messages.0.role: Input should be ...`."""
     parts = []
