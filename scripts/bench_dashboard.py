@@ -18,8 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from kinfer.bench import report
 from kinfer.bench.servers import start_kinfer
 from kinfer.bench.sweep import SweepConfig, SweepRun, run_sweep

@@ -21,14 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from kinfer.bench import report
 from kinfer.bench.prompts import fit_sizer, prompt_text
 from kinfer.bench.servers import start_kinfer
 from kinfer.bench.stats import percentile
 from kinfer.bench.sweep import make_client, run_level
-from kinfer.engines.llama_sizing import available_threads
+from kinfer.engines.llama.sizing import available_threads
 from kinfer.store.bundled import bundled_gguf
 
 
@@ -43,7 +41,7 @@ def run_direct(
     until all replies are done; returns the result and the chats (for the HTTP run)."""
     from kinfer.chat.template import render_prompt
     from kinfer.engines.base import GenerationJob
-    from kinfer.engines.llama import LlamaEngine
+    from kinfer.engines.llama.engine import LlamaEngine
     from kinfer.protocol import ChatRequest, Message, Sampling
 
     engine = LlamaEngine(weights, name=weights.stem, rows=rows, ctx=ctx, threads=threads)

@@ -20,12 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from kinfer.engines.base import GenerationJob  # noqa: E402
-from kinfer.engines.llama import LlamaEngine  # noqa: E402
-from kinfer.protocol import Sampling  # noqa: E402
+from kinfer.engines.base import GenerationJob
+from kinfer.engines.llama.engine import LlamaEngine
+from kinfer.protocol import Sampling
+from kinfer.store.bundled import bundled_gguf
 
 SECTION = "## llama.cpp engine, driven directly (this machine)"
 GREEDY = Sampling(temperature=0.0)
@@ -184,7 +182,7 @@ def render(decode: list[DecodeRun], prefix: dict[str, float], args: argparse.Nam
 
 def write_docs(section: str) -> Path:
     """Replace this script's section of docs/benchmarks.md (other sections are left alone)."""
-    path = ROOT / "docs" / "benchmarks.md"
+    path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
@@ -209,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     if args.model is None:
-        from tests.conftest import smollm2_path
-
-        args.model = smollm2_path()
+        args.model = bundled_gguf()
+        if args.model is None:
+            parser.error("no bundled model: run scripts/setup.sh, or pass --model")
     decode = []
     for rows in (int(r) for r in args.rows.split(",")):
         run = bench_decode(args.model, rows, args.prompt_tokens, args.tokens, args.threads)

@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kinfer.engines.mlx import blas  # noqa: F401  (before the first `import mlx`)
+
+# isort: split
 
 import mlx.core as mx
-
-from kinfer.engines import mlx_blas  # noqa: F401  (before mlx)
 
 SHAPES = {
     # numbers from the models' config.json
@@ -140,7 +139,7 @@ def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list
 
 def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int) -> dict:
     from kinfer.engines.base import GenerationJob
-    from kinfer.engines.mlx import MlxEngine
+    from kinfer.engines.mlx.engine import MlxEngine
     from kinfer.protocol import Sampling
 
     rows = len(prompts)

@@ -11,7 +11,7 @@ Targets (`--targets`, default all whose weights are known):
   kinfer-llama-f32  kinfer --headless on the F32 GGUF of the same conversion (not by default)
 
 Without --mlx-dir the MLX targets run on an f32 conversion of the GGUF (dequantized by
-tests/fixtures/smollm_f32.py, cached under ~/.cache/kinfer-tests). Servers run one at a time so they never
+kinfer/testing/smollm_f32.py, cached under ~/.cache/kinfer-tests). Servers run one at a time so they never
 compete for cores; every reply runs to --max-tokens (kinfer: ignore_eos; the peers: a -100 logit bias
 on the end-of-turn tokens), greedy.
 """
@@ -25,12 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from kinfer.bench import report
 from kinfer.bench.servers import LaunchedServer, start_kinfer, start_llama_cpp_server, start_mlx_lm_server
 from kinfer.bench.sweep import SweepConfig, SweepRun, run_sweep
-from kinfer.engines.llama_sizing import available_threads
+from kinfer.engines.llama.sizing import available_threads
 from kinfer.store.bundled import bundled_gguf
 
 TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx", "kinfer-llama-f32")
@@ -45,8 +43,8 @@ LABELS = {
 
 
 def f32_forms(gguf: Path) -> tuple[Path, Path]:
-    """(HF folder, F32 GGUF) dequantized from `gguf`, cached by tests/fixtures/smollm_f32.py."""
-    from tests.fixtures.smollm_f32 import build_smollm_f32
+    """(HF folder, F32 GGUF) dequantized from `gguf`, cached by kinfer/testing/smollm_f32.py."""
+    from kinfer.testing.smollm_f32 import build_smollm_f32
 
     print(f"f32 forms of {gguf.name} (cached after the first build) ...", flush=True)
     model = build_smollm_f32(gguf)

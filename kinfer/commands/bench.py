@@ -185,7 +185,7 @@ def _max_tokens(args: argparse.Namespace) -> int:
 
 def _start(kind: str, args: argparse.Namespace, settings: Settings, log_dir: Path):
     from kinfer.bench import servers
-    from kinfer.engines.llama_sizing import available_threads
+    from kinfer.engines.llama.sizing import available_threads
 
     threads = settings.threads or available_threads()
     rows = settings.parallel or (1 if args.scenario == "prefix" else max(args.concurrency))

@@ -19,7 +19,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
     """Load `model` on the calling thread (engines are thread-bound)."""
     row_ctx = ctx or settings.ctx
     if model.format == "gguf":
-        from kinfer.engines.llama import LlamaEngine
+        from kinfer.engines.llama.engine import LlamaEngine
 
         return LlamaEngine(
             model.path,
@@ -30,7 +30,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             prefix_cache=settings.prefix_cache_enabled,
         )
     if model.format == "mlx":
-        from kinfer.engines.mlx import MlxEngine
+        from kinfer.engines.mlx.engine import MlxEngine
 
         return MlxEngine(
             model.path,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from chat_helpers import load_template
+
+from tests.chat.chat_helpers import load_template
 
 
 @pytest.fixture(scope="session")

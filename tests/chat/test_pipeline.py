@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from chat_helpers import TOOLS, comparable, feed_all, load_template, splits
 
 from kinfer.chat.pipeline import OutputPipeline
 from kinfer.chat.template import render_prompt
 from kinfer.chat.traits import TemplateTraits, analyze_template
 from kinfer.protocol import ChatRequest, Delta, Message, ToolCall, ToolCallEvent
+from tests.chat.chat_helpers import TOOLS, comparable, feed_all, load_template, splits
 
 QWEN3 = TemplateTraits(supports_thinking=True, has_think_switch=True, tool_format="hermes")
 QWEN35 = TemplateTraits(supports_thinking=True, has_think_switch=True, tool_format="qwen3_5_xml")

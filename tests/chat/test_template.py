@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_helpers import CONVERSATION, TEMPLATE_FILES, TOOLS, WEATHER, load_template
 
 from kinfer.chat.jinja_env import render_template
 from kinfer.chat.template import CHATML_TEMPLATE, message_to_hf, render_prompt, tool_to_hf
 from kinfer.chat.traits import TemplateTraits, analyze_template
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, ToolCall
+from tests.chat.chat_helpers import CONVERSATION, TEMPLATE_FILES, TOOLS, WEATHER, load_template
 
 HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 1}}\n</tool_call>'
 

@@ -4,10 +4,10 @@ think opener, refused -> the empty think block; and whether the reply starts ins
 from __future__ import annotations
 
 import pytest
-from chat_helpers import load_template
 
 from kinfer.chat.template import render_prompt
 from kinfer.protocol import ChatRequest, Message
+from tests.chat.chat_helpers import load_template
 
 QUESTION = (Message("user", "Why is the sky blue?"),)
 GENERATION_PROMPT = "<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"

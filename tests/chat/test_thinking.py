@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from chat_helpers import collapse, feed_all, splits
 
 from kinfer.chat.thinking import ThinkSplitter
 from kinfer.protocol import Delta
+from tests.chat.chat_helpers import collapse, feed_all, splits
 
 
 def thinking(text: str) -> Delta:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from chat_helpers import TOOLS, blank_id, comparable, feed_all, splits
 
 from kinfer.chat.tool_calls import ToolCallParser
 from kinfer.chat.tool_formats import convert_value, parse_call_body
 from kinfer.protocol import Delta, ToolCall, ToolCallEvent
+from tests.chat.chat_helpers import TOOLS, blank_id, comparable, feed_all, splits
 
 
 def call(name: str, arguments: dict, index: int) -> ToolCallEvent:

@@ -1,17 +1,62 @@
-"""One real server on the bundled SmolLM2, shared by the end-to-end tests of a module."""
+"""Servers for the end-to-end tests of every dialect: the real bundled SmolLM2, and the scripted
+engine for exact output.
+
+The scripted engine runs behind the real scheduler, chat template, output pipeline and HTTP server;
+only the model's words are chosen by the test (see tests/scripted_engine.py).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from tests.live_server import LiveServer, running_server, server_settings
+from tests.scripted_engine import ScriptedEngine
+from tests.server.dialect_helpers import Scripted
 
 
 @pytest.fixture(scope="module")
-def smol_server(tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
+def smol_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The real server on the real bundled SmolLM2-135M GGUF (llama.cpp)."""
     home = tmp_path_factory.mktemp("kinfer-home")
     mp = pytest.MonkeyPatch()
     mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
-    with running_server(server_settings(home, parallel=4, ctx=2048)) as server:
-        yield server
-    mp.undo()
+    try:
+        with running_server(server_settings(home, parallel=4, ctx=4096)) as server:
+            yield server
+    finally:
+        mp.undo()
+
+
+@pytest.fixture
+def scripted(kinfer_home: Path):
+    """`with scripted(reply, template=...) as s:` a real server whose engine writes `reply(prompt)`."""
+
+    @contextmanager
+    def start(
+        reply: Callable[[str], str],
+        template: str | None = None,
+        *,
+        engine: dict | None = None,
+        **settings: object,
+    ) -> Iterator[Scripted]:
+        """`engine`: more ScriptedEngine arguments (ctx, fail_on); `settings`: Settings overrides."""
+        prompts: list[str] = []
+
+        def recorded(prompt: str) -> str:
+            prompts.append(prompt)
+            return reply(prompt)
+
+        def factory(model, _settings, ctx):
+            kwargs = dict(engine or {})
+            if template is not None:
+                kwargs["template"] = template
+            return ScriptedEngine(reply=recorded, **kwargs)
+
+        with running_server(server_settings(kinfer_home, **settings), engine_factory=factory) as server:
+            yield Scripted(server, prompts)
+
+    return start

@@ -1,0 +1,413 @@
+"""The llama.cpp engine: GGUF models, continuous batching over one llama.cpp context.
+
+One context holds `rows` sequence ids for replies plus one pool slot per row for saved prompts
+(see prefix.py), each with its own KV stream. Each `step` is one forward pass (`llama_decode`)
+carrying every generating row's next token, then chunks of waiting prompts up to the step's token
+budget (each chunk in a decode call of its own: see `step`); logits are computed only where a token
+is sampled. Each row samples with its own llama.cpp sampler chain. A row is freed the moment it
+finishes or is cancelled, and only its own cells are dropped, so the next job can take it at once.
+A batched row, a chunked prompt and a prompt adopted from the pool all reproduce the solo cold
+run's tokens exactly (see `_chunk_end` and native.create_context for what that takes).
+
+Everything here runs on the scheduler's engine thread, which also builds the engine.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from pathlib import Path
+
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.llama import native
+from kinfer.engines.llama.prefix import PrefixPool
+from kinfer.engines.llama.sizing import SizePlan, plan_size
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
+from kinfer.protocol import FinishReason
+
+log = logging.getLogger(__name__)
+
+
+class _Row:
+    """The mutable state of one reply in progress (engine-internal)."""
+
+    __slots__ = (
+        "checkpoints",
+        "decoder",
+        "generated",
+        "job",
+        "matcher",
+        "order",
+        "pending",
+        "reused",
+        "sampler",
+        "seq",
+        "tokens",
+    )
+
+    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
+        self.seq = seq
+        self.job = job
+        self.order = order  # submission order: waiting prompts are prefilled first come, first served
+        self.sampler = sampler
+        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
+        self.reused = 0
+        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
+        self.generated = 0
+        self.decoder = Utf8Decoder()
+        self.matcher = StopStringMatcher(job.stop)
+        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
+
+    @property
+    def prefilling(self) -> bool:
+        return len(self.tokens) < len(self.job.prompt)
+
+    @property
+    def prompt_processed(self) -> int:
+        return min(len(self.tokens), len(self.job.prompt))
+
+
+class LlamaEngine:
+    """A GGUF model served by llama.cpp, many replies per forward pass (the `Engine` protocol).
+
+    rows / ctx / threads: 0 = automatic (see sizing.plan_size). gpu_layers: -1 offloads every
+    layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
+    exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
+    step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
+    smaller budget keeps generating rows moving while long prompts prefill.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        name: str,
+        rows: int = 0,
+        ctx: int = 0,
+        threads: int = 0,
+        prefix_cache: bool = True,
+        gpu_layers: int = -1,
+        exact_prefix: bool | None = None,
+        step_tokens: int = 0,
+    ) -> None:
+        native.init_backend()
+        gpu = native.supports_gpu_offload()
+        self._model = native.load_model(Path(path), gpu_layers if gpu else 0)
+        self._ctx = 0
+        self._batch: native.TokenBatch | None = None
+        try:
+            self._facts = facts = native.model_facts(self._model)
+            self._vocab = native.Vocab(self._model)
+            self.plan: SizePlan = plan_size(
+                rows=rows,
+                ctx=ctx,
+                threads=threads,
+                prefix_cache=prefix_cache,
+                gpu=gpu and gpu_layers != 0,
+                train_context=facts.train_context,
+                kv_bytes_per_token=facts.kv_bytes_per_token,
+                max_sequences=native.max_sequences(),
+                step_tokens=step_tokens,
+            )
+            plan = self.plan
+            self._ctx = native.create_context(
+                self._model,
+                n_ctx=plan.n_ctx,
+                n_seq=plan.n_seq,
+                n_batch=plan.n_batch,
+                n_ubatch=plan.n_ubatch,
+                threads=plan.threads,
+                gpu=gpu and gpu_layers != 0,
+            )
+            self._batch = native.TokenBatch(plan.n_batch)
+        except BaseException:
+            self.close()
+            raise
+        self._mem = native.context_memory(self._ctx)
+        self._row_len = native.context_seq_length(self._ctx)
+        recurrent = facts.recurrent or facts.hybrid
+        self._pool = (
+            PrefixPool(
+                self._mem,
+                range(plan.rows, plan.n_seq),
+                exact_only=recurrent if exact_prefix is None else exact_prefix,
+            )
+            if plan.pool_slots
+            else None
+        )
+        self.info = ModelInfo(
+            name=name,
+            engine="llama.cpp",
+            architecture=facts.architecture,
+            chat_template=facts.chat_template,
+            bos_token=self._vocab.bos_text,
+            eos_token=self._vocab.eos_text,
+            context_length=self._row_len,
+            rows=plan.rows,
+            recurrent=recurrent,
+            train_context_length=facts.train_context,
+        )
+        self._rows: dict[str, _Row] = {}
+        self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
+        self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
+        self._submitted = 0
+        self._closed = False
+        self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
+        log.info(
+            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
+            name,
+            facts.architecture,
+            plan.rows,
+            self._row_len,
+            plan.pool_slots,
+            plan.threads,
+            "on" if gpu and gpu_layers != 0 else "off",
+        )
+
+    # ---- text ---------------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of a rendered prompt: special tokens parsed, BOS added only if the model wants
+        one and the text does not already start with it."""
+        self._check_open()
+        return self._vocab.tokenize(text)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the tokens, special tokens included."""
+        self._check_open()
+        return self._vocab.detokenize(list(tokens))
+
+    def _check_open(self) -> None:
+        # the vocabulary lives in the model: using it after close() would read freed memory
+        if self._closed:
+            raise EngineFailure(f"the {self.info.name} engine is closed")
+
+    # ---- rows ---------------------------------------------------------------------------------
+
+    @property
+    def free_rows(self) -> int:
+        return len(self._free_seqs)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows or self._finished)
+
+    def submit(self, job: GenerationJob) -> None:
+        """Give the job a row, adopting the longest saved prefix of its prompt from the pool."""
+        self._check_open()
+        if job.job_id in self._rows:
+            raise InvalidRequest(f"job {job.job_id} is already running")
+        if not job.prompt:
+            raise InvalidRequest("the prompt is empty")
+        if len(job.prompt) > self._row_len:
+            raise PromptTooLong(
+                f"the prompt has {len(job.prompt)} tokens; a row of this model holds {self._row_len}"
+            )
+        if not self._free_seqs:
+            raise Busy("no free row", retry_after=1.0)
+        # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
+        # streams), so keep the busy ids packed at the bottom
+        seq = heapq.heappop(self._free_seqs)
+        sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
+        row = _Row(seq, job, self._submitted, sampler)
+        self._submitted += 1
+        if self._pool is not None:
+            row.reused = self._pool.adopt(seq, job.prompt)
+            row.tokens = list(job.prompt[: row.reused])
+            self._counters["reused"] += row.reused
+        if native.has_penalties(job.sampling):
+            # penalties look back over the prompt's tail too, as llama-server does
+            window = native.penalty_window(job.sampling, self._row_len)
+            for token in job.prompt[-window:]:
+                native.sampler_accept(sampler, token)
+        self._rows[job.job_id] = row
+
+    def cancel(self, job_id: str) -> None:
+        """Free the job's row now (prefilling or generating); the next step reports it cancelled."""
+        row = self._rows.get(job_id)
+        if row is not None:
+            self._finished.append(self._finish(row, "cancelled"))
+
+    # ---- the step -----------------------------------------------------------------------------
+
+    def step(self) -> list[JobUpdate]:
+        """One forward pass for every generating row, then prompt chunks up to the step's token
+        budget (first come, first served); returns what changed."""
+        updates, self._finished = self._finished, []
+        batch = self._batch
+        if batch is None or not self._rows:
+            return updates
+        changed: dict[str, JobUpdate] = {}
+        done = 0  # tokens evaluated in this step
+        generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
+        if generating:
+            batch.clear()
+            at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
+            if self._decode(generating, changed):
+                for row, index in zip(generating, at, strict=True):
+                    row.tokens.append(row.pending)
+                    row.pending = None
+                    changed[row.job.job_id] = self._sample(row, index)
+            done += batch.n
+        # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
+        # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
+        # rows would be cut anyway, and its first token would go alone: a lone token's attention
+        # takes another kernel, and the row would no longer reproduce its solo run.
+        for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
+            start = len(row.tokens)
+            end = self._chunk_end(row, start, self.plan.n_batch - done)
+            if end == start:
+                continue
+            prompt, last = row.job.prompt, len(row.job.prompt) - 1
+            wants_logits = end - 1 == last and row.job.max_tokens > 0
+            batch.clear()
+            for pos in range(start, end):
+                batch.add(prompt[pos], pos, row.seq, wants_logits and pos == last)
+            done += batch.n
+            if not self._decode([row], changed):
+                continue
+            row.tokens.extend(prompt[start:end])
+            self._counters["prompt"] += end - start
+            if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
+                self._pool.save(row.seq, row.tokens)
+            if wants_logits:
+                changed[row.job.job_id] = self._sample(row, batch.n - 1)
+            elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
+                changed[row.job.job_id] = self._finish(row, "length", flush=True)
+            else:
+                changed[row.job.job_id] = self._update(row)
+        if done:
+            self._counters["steps"] += 1
+            self._counters["last"] = done
+        updates.extend(changed.values())
+        return updates
+
+    def _decode(self, rows: list[_Row], changed: dict[str, JobUpdate]) -> bool:
+        """Run the batch; on failure, end its rows with "error" (the other rows carry on)."""
+        assert self._batch is not None
+        rc = native.decode(self._ctx, self._batch)
+        if rc == 0:
+            return True
+        log.error("llama_decode failed (%d) on %d tokens; ending %d row(s)", rc, self._batch.n, len(rows))
+        for row in rows:
+            changed[row.job.job_id] = self._finish(row, "error")
+        return False
+
+    def _chunk_end(self, row: _Row, start: int, budget: int) -> int:
+        """Where this step's prompt chunk for `row` ends (== start: wait for the next step).
+
+        No prompt token is ever evaluated alone in a micro-batch (a lone token takes another
+        attention kernel, so a cold run, a chunked run and a run adopted from the pool would differ):
+        a chunk never leaves exactly one token behind, and never splits into micro-batches with a
+        lone one at the end. With exact checkpoints, a chunk also stops at the next checkpoint,
+        because recurrent state can only be saved as it stands after a decode.
+        """
+        length = len(row.job.prompt)
+        limit = min(length, start + budget)
+        at_checkpoint = False
+        if self._pool is not None and self._pool.exact_only:
+            checkpoint = min((c for c in row.checkpoints if start < c < limit), default=limit)
+            limit, at_checkpoint = checkpoint, checkpoint < limit
+        for end in range(limit, start + 1, -1):
+            if length - end != 1 and (end - start) % self.plan.n_ubatch != 1:
+                return end
+        # nothing pairs up: a lone token is all there is before the prompt's end or a checkpoint
+        return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
+
+    def _sample(self, row: _Row, index: int) -> JobUpdate:
+        token = native.sampler_sample(row.sampler, self._ctx, index)
+        row.generated += 1
+        self._counters["generated"] += 1
+        if self._vocab.is_eog(token) and not row.job.ignore_eos:
+            return self._finish(row, "stop", new_tokens=1, flush=True)
+        scan = row.matcher.feed(row.decoder.feed(self._vocab.piece(token)))
+        if scan.stopped:
+            return self._finish(row, "stop", text=scan.text, new_tokens=1)
+        if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
+            # no more tokens asked for, or no cell left to feed this one back in: the row is full
+            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
+        row.pending = token
+        return self._update(row, text=scan.text, new_tokens=1)
+
+    def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
+        return JobUpdate(
+            job_id=row.job.job_id,
+            text=text,
+            new_tokens=new_tokens,
+            prompt_processed=row.prompt_processed,
+            reused_tokens=row.reused,
+        )
+
+    def _finish(
+        self, row: _Row, reason: FinishReason, *, text: str = "", new_tokens: int = 0, flush: bool = False
+    ) -> JobUpdate:
+        """Free the row (keeping a copy in the pool) and build its final update."""
+        if flush:
+            # the reply ended for another reason than a stop string: release the held-back tail
+            tail = row.matcher.feed(row.decoder.flush())
+            text += tail.text if tail.stopped else tail.text + row.matcher.flush()
+        if self._pool is not None and reason != "error":
+            self._pool.save(row.seq, row.tokens)
+        native.seq_clear(self._mem, row.seq)
+        native.free_sampler(row.sampler)
+        del self._rows[row.job.job_id]
+        heapq.heappush(self._free_seqs, row.seq)
+        return JobUpdate(
+            job_id=row.job.job_id,
+            text=text,
+            new_tokens=new_tokens,
+            prompt_processed=row.prompt_processed,
+            reused_tokens=row.reused,
+            finish=reason,
+        )
+
+    # ---- stats and teardown -------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        c = self._counters
+        pool = self._pool
+        return EngineStats(
+            rows_total=self.plan.rows,
+            rows_busy=len(self._rows),
+            tokens_last_step=c["last"],
+            prompt_tokens_total=c["prompt"],
+            generated_tokens_total=c["generated"],
+            reused_tokens_total=c["reused"],
+            prefix_lookups=pool.lookups if pool else 0,
+            prefix_hits=pool.hits if pool else 0,
+            steps_total=c["steps"],
+            memory={
+                "kv": self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
+                "model": self._facts.model_bytes,
+            },
+        )
+
+    def pool_entries(self) -> list[tuple[int, ...]]:
+        """The token lists the prefix pool holds, least recently used first (for tests and `ps`)."""
+        return self._pool.entries() if self._pool is not None else []
+
+    def close(self) -> None:
+        """Free the samplers, the context and the model. Safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for row in getattr(self, "_rows", {}).values():
+            native.free_sampler(row.sampler)
+        self._rows = {}
+        self._free_seqs = []
+        if self._batch is not None:
+            self._batch.free()
+            self._batch = None
+        if self._ctx:
+            native.free_context(self._ctx)
+            self._ctx = 0
+        if self._model:
+            native.free_model(self._model)
+            self._model = 0
+
+    def __enter__(self) -> LlamaEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

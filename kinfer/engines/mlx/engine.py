@@ -1,0 +1,447 @@
+"""The MLX engine: a Hugging Face safetensors directory served on MLX, many replies per forward pass.
+
+mlx-lm builds the model for the directory's `model_type`; kinfer supplies the caches (kv.PagedKV
+for attention, state.StateView for recurrent layers) and its own step loop:
+
+- every generating row advances in one decode pass; waiting prompts are prefilled in chunks (a token
+  budget per step) in separate passes of the same step, so running replies never stall for long;
+- sampling happens on the device for all rows at once (sampling.py), and step n+1 is dispatched
+  (`mx.async_eval`) before the host reads step n's tokens;
+- a finished row's slot is taken by the next job in place; other rows are untouched;
+- each row's attention reads only its own KV blocks;
+- a prefix pool keeps recent prompts' KV blocks (and exact recurrent-state checkpoints).
+
+Everything runs on the thread that built the engine (the scheduler's engine thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.mlx import blas
+from kinfer.engines.mlx.fuse import fuse_projections
+from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
+from kinfer.engines.mlx.kv import (
+    BLOCK,
+    BlockAllocator,
+    PagedKV,
+    PagedLayer,
+    PassLayout,
+    install_attention_hook,
+)
+from kinfer.engines.mlx.model import load_weights, read_model_directory
+from kinfer.engines.mlx.prefix import PrefixPool
+from kinfer.engines.mlx.rows import Row, StepBatch
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, needs_penalties, sample
+from kinfer.engines.mlx.sizing import plan_layers, plan_size
+from kinfer.engines.mlx.state import StateSlots, StateView
+from kinfer.engines.mlx.tokenizer import MlxTokenizer
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
+
+log = logging.getLogger(__name__)
+
+
+class MlxEngine:
+    """A model directory served by MLX (the `Engine` protocol).
+
+    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
+    cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        name: str,
+        rows: int = 0,
+        ctx: int = 0,
+        prefix_cache: bool = True,
+        cache_limit_gb: float = 4.0,
+        prefill_chunk: int = 0,
+        self_check: bool = True,
+    ) -> None:
+        path = Path(path)
+        mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
+        gpu = mx.default_device() == mx.gpu
+        log.info("MLX device: %s (BLAS preload: %s)", mx.default_device(), blas.preloaded or "none")
+
+        self._tokenizer = MlxTokenizer(path)
+        directory = read_model_directory(path, self._tokenizer.config, self._tokenizer.eos_id)
+        self._model = load_weights(path)
+        if os.environ.get("KINFER_MLX_FUSE_PROJECTIONS", "1" if gpu else "0") == "1":
+            # on a GPU the host-side cost of each matrix product dominates small batches (fuse.py)
+            log.debug("fused %d projection groups", fuse_projections(self._model))
+        install_attention_hook()
+        install_gated_delta_hook()
+        from mlx_lm.utils import maybe_set_recommended_wired_limit
+
+        # Metal: keep the weights wired (as mlx-lm's generators do); no-op elsewhere
+        self._old_wired_limit = maybe_set_recommended_wired_limit()
+        self._layers = plan_layers(self._model, directory.model_type)
+        self._paged = [layer for layer in self._layers if isinstance(layer, PagedLayer)]
+        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        self.plan = plan_size(
+            rows=rows,
+            ctx=ctx,
+            gpu=gpu,
+            train_context=directory.train_context,
+            config=directory.config,
+            attention_layers=len(self._paged),
+            prefix_cache=prefix_cache,
+            prefill_chunk=prefill_chunk,
+        )
+        for layer in recurrent:
+            layer.rows = self.plan.rows
+        self._eos = directory.eos_ids
+        tok = self._tokenizer
+        self.info = ModelInfo(
+            name=name,
+            engine="mlx",
+            architecture=directory.model_type,
+            chat_template=directory.chat_template,
+            bos_token=tok.bos_token,
+            eos_token=tok.eos_token or (tok.decode([min(self._eos)]) if self._eos else ""),
+            context_length=self.plan.ctx,
+            rows=self.plan.rows,
+            recurrent=bool(recurrent),
+            train_context_length=directory.train_context,
+        )
+
+        self._alloc = BlockAllocator()
+        self._pool = (
+            PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent))
+            if prefix_cache
+            else None
+        )
+        self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
+        self._grow(self.plan.initial_blocks)
+        # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
+        self._history: mx.array | None = None
+        self._rows: dict[str, Row] = {}
+        self._slots: list[Row | None] = [None] * self.plan.rows
+        self._order = 0
+        self._finished_early: list[JobUpdate] = []
+        self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
+        if self_check:
+            self._self_check()
+        log.info(
+            "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
+            name,
+            directory.model_type,
+            self.plan.rows,
+            self.plan.ctx,
+            "on" if prefix_cache else "off",
+        )
+
+    # ---- the Engine protocol ------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self._tokenizer.decode(tokens)
+
+    @property
+    def free_rows(self) -> int:
+        return self._slots.count(None)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows) or self._inflight is not None or bool(self._finished_early)
+
+    def submit(self, job: GenerationJob) -> None:
+        if job.job_id in self._rows:
+            raise InvalidRequest(f"job {job.job_id} is already running")
+        if not job.prompt:
+            raise InvalidRequest("empty prompt")
+        if len(job.prompt) > self.plan.ctx:
+            raise PromptTooLong(f"prompt of {len(job.prompt)} tokens; a row holds {self.plan.ctx}")
+        if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
+            raise InvalidRequest("prompt has token ids outside the vocabulary")
+        if job.max_tokens <= 0:
+            self._finished_early.append(JobUpdate(job.job_id, finish="length"))
+            return
+        try:
+            slot = self._slots.index(None)
+        except ValueError:
+            raise Busy("no free row", retry_after=1.0) from None
+        self._order += 1
+        row = Row(slot, job, self._order, self.plan.ctx, self._tokenizer.piece)
+        self._slots[slot] = row
+        self._rows[job.job_id] = row
+        for layer in self._layers:
+            if isinstance(layer, StateSlots):
+                layer.reset(slot)
+        if self._pool is not None:
+            self._adopt(row)
+        if needs_penalties(job.sampling):
+            self._init_history(row)
+        self._batch.changed()
+
+    def cancel(self, job_id: str) -> None:
+        row = self._rows.get(job_id)
+        if row is None:
+            return
+        self._release(row, save=False)
+        self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
+
+    def step(self) -> list[JobUpdate]:
+        updates, self._finished_early = self._finished_early, []
+        try:
+            dispatched = self._dispatch(updates)
+            if self._inflight is not None:
+                updates.extend(self._collect(*self._inflight))
+        except Exception as exc:
+            raise EngineFailure(f"MLX step failed: {exc}") from exc
+        self._inflight = dispatched
+        self._counts["steps"] += 1
+        return updates
+
+    def stats(self) -> EngineStats:
+        c = self._counts
+        kv = sum(layer.nbytes for layer in self._paged)
+        state = sum(layer.nbytes for layer in self._layers if isinstance(layer, StateSlots))
+        return EngineStats(
+            rows_total=self.plan.rows,
+            rows_busy=len(self._rows),
+            tokens_last_step=c["last"],
+            prompt_tokens_total=c["prompt"],
+            generated_tokens_total=c["generated"],
+            reused_tokens_total=c["reused"],
+            prefix_lookups=self._pool.lookups if self._pool else 0,
+            prefix_hits=self._pool.hits if self._pool else 0,
+            steps_total=c["steps"],
+            memory={
+                "mlx_active": mx.get_active_memory(),
+                "mlx_peak": mx.get_peak_memory(),
+                "mlx_cache": mx.get_cache_memory(),
+                "kv": kv,
+                "kv_blocks_used": self._alloc.used,
+                "kv_blocks_total": self._alloc.total,
+                "state": state,
+            },
+        )
+
+    def close(self) -> None:
+        if self._inflight is not None:
+            mx.eval(self._inflight[0])
+            self._inflight = None
+        self._rows.clear()
+        self._slots = [None] * len(self._slots)
+        if self._pool is not None:
+            self._pool.clear()
+        self._layers = []
+        self._paged = []
+        self._model = None
+        self._history = None
+        if self._old_wired_limit is not None:
+            mx.set_wired_limit(self._old_wired_limit)
+            self._old_wired_limit = None
+        mx.clear_cache()
+
+    # ---- one step -------------------------------------------------------------------------
+
+    def _dispatch(self, updates: list[JobUpdate]) -> tuple[mx.array, list[Row]] | None:
+        """Build this step's passes and start them on the device; returns the decode pass's tokens."""
+        active = [row for row in self._slots if row is not None]
+        decoding = [row for row in active if row.ready and row.can_feed]
+        filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
+        tokens = self._decode(decoding) if decoding else None
+        processed = len(decoding)
+        for length, group in self._plan_prefill(filling):
+            processed += self._prefill(group, length)
+            for row in group:
+                updates.append(row.progress_update())
+        if tokens is None and processed == 0:
+            return None
+        outputs = [layer_array for layer in self._layers for layer_array in _arrays(layer)]
+        if tokens is not None:
+            outputs.append(tokens)
+        if self._history is not None:
+            outputs.append(self._history)
+        mx.async_eval(outputs)
+        self._counts["last"] = processed
+        return (tokens, decoding) if tokens is not None else None
+
+    def _decode(self, rows: list[Row]) -> mx.array:
+        batch = self._batch
+        plan = batch.plan(rows)
+        for row in rows:
+            self._ensure_blocks(row, row.fed + 1)
+        layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
+        inputs = batch.inputs(rows)
+        logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        history = None
+        if plan.sampling.penalties and self._history is not None:
+            history = self._history if plan.state_rows is None else self._history[plan.state_rows]
+        # the draw's random number comes from (seed, position): a row's draws ignore the rest of the batch
+        counters = None if plan.sampling.all_greedy else mx.array(layout.starts.astype(np.uint32))
+        tokens = sample(logits, plan.sampling, counters, history)
+        if history is not None:
+            updated = mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
+            if plan.state_rows is None:
+                self._history = updated
+            else:
+                self._history[plan.state_rows] = updated
+        batch.dispatched(rows, tokens)
+        return tokens
+
+    def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
+        """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
+        budget = self.plan.prefill_chunk
+        groups: dict[int, list[Row]] = {}
+        for row in rows:
+            if budget <= 0:
+                break
+            length = min(row.next_chunk(), budget)
+            budget -= length
+            groups.setdefault(length, []).append(row)
+        return list(groups.items())
+
+    def _prefill(self, rows: list[Row], length: int) -> int:
+        for row in rows:
+            self._ensure_blocks(row, row.fed + length)
+        slots = np.array([r.slot for r in rows])
+        layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
+        inputs = mx.array([list(r.job.prompt[r.fed : r.fed + length]) for r in rows])
+        state_rows = mx.array(slots.astype(np.int32))
+        self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
+        for row in rows:
+            row.fed += length
+            self._batch.set_position(row.slot, row.fed)
+            self._counts["prompt"] += length
+            if self._pool is not None and row.fed in row.checkpoints:
+                self._save(row, row.fed)
+        return length * len(rows)
+
+    def _collect(self, tokens: mx.array, rows: list[Row]) -> list[JobUpdate]:
+        """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
+        values = tokens.tolist()
+        updates = []
+        for row, token in zip(rows, values, strict=True):
+            if row.done:
+                continue  # finished or cancelled after this step was dispatched
+            self._counts["generated"] += 1
+            update = row.accept(token, self._eos)
+            updates.append(update)
+            if update.finish is not None:
+                self._release(row, save=True)
+        return updates
+
+    def forward(self, inputs: mx.array, views: list) -> mx.array:
+        """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
+        with kinfer_pass():
+            return self._model(inputs, cache=views)
+
+    # ---- rows, blocks and the prefix pool ---------------------------------------------------
+
+    def _views(self, layout: PassLayout, state_rows: mx.array | None) -> list:
+        return [
+            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, state_rows)
+            for layer in self._layers
+        ]
+
+    def _release(self, row: Row, *, save: bool) -> None:
+        row.done = True
+        if save and self._pool is not None and row.fed >= 1:
+            self._save(row, row.fed)
+        self._alloc.release(row.blocks)
+        row.blocks = []
+        self._batch.clear_table(row.slot)
+        self._slots[row.slot] = None
+        del self._rows[row.job.job_id]
+        self._batch.changed()
+
+    def _save(self, row: Row, length: int) -> None:
+        states = [layer.snapshot(row.slot) for layer in self._layers if isinstance(layer, StateSlots)]
+        self._pool.save(tuple(row.tokens[:length]), row.blocks, states if self.info.recurrent else None)
+
+    def _adopt(self, row: Row) -> None:
+        found = self._pool.lookup(row.job.prompt)
+        if found is None:
+            return
+        entry, shared = found
+        whole, part = divmod(shared, BLOCK)
+        row.blocks = list(entry.blocks[:whole])
+        self._alloc.hold(row.blocks)
+        if part:
+            # the last block is shared only partly: the row writes into its own copy
+            (block,) = self._take_blocks(1)
+            for layer in self._paged:
+                layer.copy_block(entry.blocks[whole], block)
+            row.blocks.append(block)
+        if entry.states is not None:
+            recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+            for layer, snap in zip(recurrent, entry.states, strict=True):
+                layer.restore(row.slot, snap)
+        row.fed = row.reused = shared
+        self._batch.set_table(row.slot, row.blocks)
+        self._batch.set_position(row.slot, shared)
+        self._counts["reused"] += shared
+
+    def _ensure_blocks(self, row: Row, tokens: int) -> None:
+        need = (tokens + BLOCK - 1) // BLOCK - len(row.blocks)
+        if need > 0:
+            row.blocks.extend(self._take_blocks(need))
+            self._batch.set_table(row.slot, row.blocks)
+
+    def _take_blocks(self, n: int) -> list[int]:
+        alloc = self._alloc
+        if alloc.free < n and alloc.total < self.plan.max_blocks:
+            self._grow(min(self.plan.max_blocks - alloc.total, max(n - alloc.free, alloc.total // 2)))
+        while alloc.free < n and self._pool is not None and self._pool.evict_one():
+            pass
+        if alloc.free < n:
+            raise EngineFailure(f"out of KV blocks ({alloc.total} in use); lower rows or ctx")
+        return alloc.take(n)
+
+    def _grow(self, blocks: int) -> None:
+        self._alloc.add(blocks)
+        for layer in self._paged:
+            layer.resize(self._alloc.total)
+
+    def _init_history(self, row: Row) -> None:
+        if self._history is None:
+            self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
+        tail = list(row.job.prompt[-PENALTY_WINDOW_MAX:])
+        padded = [-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail
+        self._history[row.slot] = mx.array(padded, dtype=mx.int32)
+
+    def _model_vocab(self) -> int:
+        from mlx.utils import tree_flatten
+
+        for key, value in tree_flatten(self._model.parameters()):
+            if key.endswith("embed_tokens.weight"):
+                return int(value.shape[0])
+        return self._tokenizer.vocab_size
+
+    # ---- load-time check ----------------------------------------------------------------------
+
+    def _self_check(self) -> None:
+        """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
+
+        An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
+        or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
+        producing wrong text later."""
+        from kinfer.engines.mlx.check import check_engine_layers
+
+        try:
+            check_engine_layers(self)
+        except EngineFailure:
+            raise
+        except Exception as exc:
+            arch = self.info.architecture
+            raise EngineFailure(
+                f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
+            ) from exc
+
+
+def _arrays(layer) -> list[mx.array]:
+    return layer.arrays() if isinstance(layer, PagedLayer) else layer.live()

@@ -1,0 +1,193 @@
+"""Per-reply state of the MLX engine (`Row`) and the host-side tables of the step loop (`StepBatch`).
+
+The step loop runs one step ahead of the host: a row's newest token may still be on the device when the
+next step feeds it, so a row tracks three counts: `fed` (tokens whose KV/state the caches hold, in
+flight included), `sampled` (tokens drawn, in flight included) and `generated` (tokens the host read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from kinfer.engines.base import GenerationJob, JobUpdate
+from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.protocol import FinishReason
+
+
+class Row:
+    """One reply in progress, in slot `slot`."""
+
+    __slots__ = (
+        "blocks",
+        "checkpoints",
+        "ctx",
+        "decoder",
+        "done",
+        "fed",
+        "generated",
+        "job",
+        "matcher",
+        "order",
+        "piece",
+        "prompt_len",
+        "reused",
+        "sampled",
+        "seed",
+        "slot",
+        "src",
+        "tokens",
+    )
+
+    def __init__(
+        self, slot: int, job: GenerationJob, order: int, ctx: int, piece: Callable[[int], bytes]
+    ) -> None:
+        self.slot = slot
+        self.job = job
+        self.order = order  # submission order: waiting prompts are prefilled first come, first served
+        self.ctx = ctx
+        self.piece = piece
+        self.tokens: list[int] = list(job.prompt)  # prompt + tokens read back so far
+        self.prompt_len = len(job.prompt)
+        self.fed = 0
+        self.sampled = 0
+        self.generated = 0
+        self.reused = 0
+        self.blocks: list[int] = []
+        self.src: int | None = None  # where this row's newest token sits in the last decode output
+        self.done = False
+        self.seed = resolve_seed(job.sampling)
+        self.decoder = Utf8Decoder()
+        self.matcher = StopStringMatcher(job.stop)
+        self.checkpoints = sorted({c for c in job.checkpoints if 0 < c < self.prompt_len})
+
+    @property
+    def ready(self) -> bool:
+        """The prompt is in the cache but for its last token, which the first decode step feeds."""
+        return self.fed >= self.prompt_len - 1
+
+    @property
+    def can_feed(self) -> bool:
+        return self.sampled < self.job.max_tokens and self.fed < self.ctx
+
+    def next_chunk(self) -> int:
+        """Prompt tokens the next prefill chunk may take: up to the next checkpoint, at most."""
+        end = self.prompt_len - 1
+        stop = next((c for c in self.checkpoints if c > self.fed), end)
+        return min(stop, end) - self.fed
+
+    def progress_update(self) -> JobUpdate:
+        return JobUpdate(self.job.job_id, prompt_processed=self.fed, reused_tokens=self.reused)
+
+    def accept(self, token: int, eos: frozenset[int]) -> JobUpdate:
+        """Take one sampled token read back from the device."""
+        self.generated += 1
+        self.tokens.append(token)
+        if token in eos and not self.job.ignore_eos:
+            return self._update(self._drain(), "stop")
+        scan = self.matcher.feed(self.decoder.feed(self.piece(token)))
+        if scan.stopped:
+            return self._update(scan.text, "stop")
+        if not self.can_feed and self.sampled == self.generated:
+            return self._update(scan.text + self._drain(), "length")  # max_tokens, or the row is full
+        return self._update(scan.text, None)
+
+    def _drain(self) -> str:
+        """Everything held back, released because the reply ends for another reason."""
+        tail = self.matcher.feed(self.decoder.flush())
+        return tail.text + ("" if tail.stopped else self.matcher.flush())
+
+    def _update(self, text: str, finish: FinishReason | None) -> JobUpdate:
+        return JobUpdate(
+            self.job.job_id,
+            text=text,
+            new_tokens=1,
+            prompt_processed=self.prompt_len,
+            reused_tokens=self.reused,
+            finish=finish,
+        )
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What stays the same while the decode batch keeps the same rows."""
+
+    key: tuple[int, ...]
+    slots: np.ndarray
+    state_rows: mx.array | None  # slot of each batch entry; None when the batch is every slot in order
+    sampling: SamplingBatch
+
+
+class StepBatch:
+    """Block tables and positions of every slot (numpy, for vectorised layouts), the decode batch's
+    cached plan, and the last decode step's device tokens."""
+
+    def __init__(self, rows: int, ctx: int, vocab: int) -> None:
+        self.rows = rows
+        self.vocab = vocab
+        self._table = np.zeros((rows, (ctx + BLOCK - 1) // BLOCK + 1), dtype=np.int64)
+        self._pos = np.zeros(rows, dtype=np.int64)
+        self._plan: DecodePlan | None = None
+        self._last: mx.array | None = None
+
+    def changed(self) -> None:
+        """A row joined or left: rebuild the decode plan."""
+        self._plan = None
+
+    def set_table(self, slot: int, blocks: list[int]) -> None:
+        self._table[slot, : len(blocks)] = blocks
+
+    def clear_table(self, slot: int) -> None:
+        self._table[slot] = 0
+        self._pos[slot] = 0
+
+    def set_position(self, slot: int, position: int) -> None:
+        self._pos[slot] = position
+
+    def table(self, slots: np.ndarray) -> np.ndarray:
+        return self._table[slots]
+
+    def positions(self, slots: np.ndarray) -> np.ndarray:
+        return self._pos[slots]
+
+    def plan(self, rows: list[Row]) -> DecodePlan:
+        key = tuple(r.order for r in rows)
+        if self._plan is None or self._plan.key != key:
+            slots = np.array([r.slot for r in rows], dtype=np.int64)
+            every_slot = len(rows) == self.rows and bool((slots == np.arange(self.rows)).all())
+            self._plan = DecodePlan(
+                key=key,
+                slots=slots,
+                state_rows=None if every_slot else mx.array(slots.astype(np.int32)),
+                sampling=make_batch([r.job.sampling for r in rows], [r.seed for r in rows], self.vocab),
+            )
+        return self._plan
+
+    def inputs(self, rows: list[Row]) -> mx.array:
+        """The token each row feeds: known on the host, or still on the device from the last step."""
+        last = self._last
+        sources = [None if r.fed < len(r.tokens) else r.src for r in rows]
+        if last is not None and None not in sources:
+            if len(sources) == last.shape[0] and sources == list(range(len(sources))):
+                return last
+            return last[mx.array(sources)]
+        host = [r.tokens[r.fed] if s is None else 0 for r, s in zip(rows, sources, strict=True)]
+        if last is None or all(s is None for s in sources):
+            return mx.array(host, dtype=mx.int32)
+        # mix: host tokens after the device ones, then pick
+        picks = [len(last) + i if s is None else s for i, s in enumerate(sources)]
+        merged = mx.concatenate([last.astype(mx.int32), mx.array(host, dtype=mx.int32)])
+        return merged[mx.array(picks)]
+
+    def dispatched(self, rows: list[Row], tokens: mx.array) -> None:
+        for i, row in enumerate(rows):
+            row.src = i
+            row.fed += 1
+            row.sampled += 1
+            self._pos[row.slot] = row.fed
+        self._last = tokens

@@ -1,0 +1,111 @@
+"""Fixtures and helpers for the MLX engine tests: tiny random-weight model directories (built once per
+session), mlx-lm's own single-sequence greedy decoding as the reference, and a driver that runs jobs
+through an engine the way the scheduler does.
+
+Import into a test module with `from tests.engines.mlx.fixtures import *`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kinfer.engines.mlx.engine import MlxEngine
+from tests.engines.driver import GREEDY, JobResult, job, run_alone, run_jobs
+from tests.fixtures.tiny_mlx import build_tiny_model
+
+__all__ = [
+    "GREEDY",
+    "JobResult",
+    "chat",
+    "job",
+    "make_mlx",
+    "mlx_lm_greedy",
+    "readable",
+    "run_alone",
+    "run_jobs",
+    "tiny_llama",
+    "tiny_models",
+    "tiny_qwen3",
+    "tiny_qwen35",
+]
+
+
+def chat(user: str, *, system: str | None = None, history: str = "") -> str:
+    """A ChatML prompt for one user turn after `history` (already rendered)."""
+    text = f"<|im_start|>system\n{system}<|im_end|>\n" if system and not history else ""
+    return text + history + f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def readable(text: str) -> str:
+    """Text with each run of U+FFFD collapsed to one. Random weights emit invalid UTF-8 byte runs, which a
+    streaming decoder and a whole-string decode may split into different numbers of replacement
+    characters; every valid character must still match exactly."""
+    return re.sub("\ufffd+", "\ufffd", text)
+
+
+@cache
+def _mlx_lm(path: Path):
+    import mlx_lm
+
+    return mlx_lm.load(str(path))
+
+
+def mlx_lm_greedy(path: Path, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], str]:
+    """mlx-lm's own single-sequence greedy tokens (stream_generate, argmax sampler) and their text."""
+    from mlx_lm import stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    model, tokenizer = _mlx_lm(Path(path))
+    tokens = [
+        r.token
+        for r in stream_generate(
+            model, tokenizer, list(prompt), max_tokens=max_tokens, sampler=make_sampler(0.0)
+        )
+    ]
+    # stream_generate reports the EOS token that ended generation; the reply does not include it
+    if tokens and tokens[-1] in tokenizer.eos_token_ids:
+        tokens = tokens[:-1]
+    return tokens, readable(tokenizer.decode(tokens))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-mlx")
+    return {arch: build_tiny_model(root / arch, arch) for arch in ("llama", "qwen3", "qwen3_5")}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["qwen3"]
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["qwen3_5"]
+
+
+@pytest.fixture
+def make_mlx() -> Iterator[Callable[..., MlxEngine]]:
+    """Builds MlxEngines (4 rows x 512 tokens by default) and closes them after the test."""
+    engines: list[MlxEngine] = []
+
+    def make(path: Path, **kw) -> MlxEngine:
+        kw.setdefault("rows", 4)
+        kw.setdefault("ctx", 512)
+        engine = MlxEngine(path, name=Path(path).name, **kw)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()

@@ -1,0 +1,100 @@
+"""Decode attention over paged KV: the portable MLX-ops path and the fused CUDA kernel both agree with
+plain dense attention over each row's own positions.
+
+The CUDA tests run only where MLX has a CUDA GPU (the H200 benchmark machine); elsewhere the engine
+never uses the kernel.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kinfer.engines.mlx import blas  # noqa: F401
+from kinfer.engines.mlx.kernels import fused_decode_available
+from kinfer.engines.mlx.kv import BLOCK, PagedKV, PagedLayer, PassLayout
+
+# float32 products on a GPU may run as TF32 (MLX's CUDA default): a looser bound there
+F32_TOLERANCE = 1e-5 if mx.default_device() == mx.cpu else 5e-3
+
+cuda = pytest.mark.skipif(
+    not fused_decode_available(128, 128, mx.bfloat16), reason="the fused kernel exists only for MLX on CUDA"
+)
+
+
+def _setup(lengths, *, heads=16, kv_heads=8, dim=128, dtype=mx.bfloat16, window=None, seed=0):
+    rng = np.random.default_rng(seed)
+    blocks_needed = [(n + BLOCK - 1) // BLOCK for n in lengths]
+    total = sum(blocks_needed) + 3
+    ids = rng.permutation(total)  # scattered, not contiguous: tables must be followed
+    table = np.zeros((len(lengths), max(blocks_needed)), dtype=np.int64)
+    at = 0
+    for i, n in enumerate(blocks_needed):
+        table[i, :n] = ids[at : at + n]
+        at += n
+    layer = PagedLayer(window=window)
+    layer.resize(total)
+    layer.heads = kv_heads
+    rows = total * kv_heads * BLOCK
+    layer.keys = mx.array(rng.standard_normal((rows, dim)).astype(np.float32)).astype(dtype)
+    layer.values = mx.array(rng.standard_normal((rows, dim)).astype(np.float32)).astype(dtype)
+    layout = PassLayout(table, np.array(lengths) - 1, 1, decode=True)
+    queries = mx.array(rng.standard_normal((len(lengths), heads, 1, dim)).astype(np.float32)).astype(dtype)
+    return PagedKV(layer, layout), queries, table
+
+
+def _dense(view, queries, table, lengths, scale, window=None):
+    """Attention of each row over its own positions, in float32 numpy: the reference."""
+    layer = view.layer
+    keys = np.array(layer.blocks_view(layer.keys).astype(mx.float32))  # [blocks, kv_heads, BLOCK, dim]
+    values = np.array(layer.blocks_view(layer.values).astype(mx.float32))
+    q = np.array(queries.astype(mx.float32))[:, :, 0, :]
+    heads, kv_heads = q.shape[1], keys.shape[1]
+    out = np.zeros_like(q)
+    for i, n in enumerate(lengths):
+        pos = np.arange(max(0, n - window) if window else 0, n)
+        k = keys[table[i, pos // BLOCK], :, pos % BLOCK]  # [n, kv_heads, dim]
+        v = values[table[i, pos // BLOCK], :, pos % BLOCK]
+        for h in range(heads):
+            s = k[:, h // (heads // kv_heads)] @ q[i, h] * scale
+            w = np.exp(s - s.max())
+            out[i, h] = (w / w.sum()) @ v[:, h // (heads // kv_heads)]
+    return out
+
+
+@cuda
+@pytest.mark.parametrize("lengths", [[1], [5, 64, 65, 300], [2000, 3, 129] * 8])
+@pytest.mark.parametrize("shape", [(16, 8, 128), (8, 2, 256)])
+def test_fused_kernel_matches_portable_path(lengths, shape):
+    heads, kv_heads, dim = shape
+    view, queries, table = _setup(lengths, heads=heads, kv_heads=kv_heads, dim=dim)
+    fused = view.attend(queries, None, None, scale=dim**-0.5).astype(mx.float32)
+    portable = view._attend_decode_ops(queries, dim**-0.5, None).astype(mx.float32)
+    assert fused.shape == portable.shape == (len(lengths), heads, 1, dim)
+    expected = _dense(view, queries, table, lengths, dim**-0.5)
+    # bf16 output rounding; the portable path also rounds its scores to bf16
+    assert np.abs(np.array(fused)[:, :, 0] - expected).max() < 2e-2
+    assert np.abs(np.array(portable)[:, :, 0] - expected).max() < 6e-2
+
+
+@cuda
+def test_fused_kernel_honours_a_sliding_window():
+    lengths = [40, 500, 130]
+    view, queries, table = _setup(lengths, window=100, dtype=mx.float32)
+    fused = np.array(view.attend(queries, None, None, scale=0.1))[:, :, 0]
+    portable = np.array(view._attend_decode_ops(queries, 0.1, None))[:, :, 0]
+    expected = _dense(view, queries, table, lengths, 0.1, window=100)
+    assert np.abs(fused - expected).max() < 1e-4
+    assert np.abs(portable - expected).max() < max(1e-4, F32_TOLERANCE)
+
+
+def test_portable_path_matches_dense_attention():
+    """The path every non-CUDA device uses: split over each row's blocks, merged per row."""
+    lengths = [1, 64, 65, 200, 7]
+    view, queries, table = _setup(lengths, heads=4, kv_heads=2, dim=16, dtype=mx.float32)
+    portable = np.array(view._attend_decode_ops(queries, 0.25, None))[:, :, 0]
+    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25)).max() < F32_TOLERANCE
+    view, queries, table = _setup(lengths, heads=4, kv_heads=2, dim=16, dtype=mx.float32, window=50)
+    portable = np.array(view._attend_decode_ops(queries, 0.25, None))[:, :, 0]
+    assert np.abs(portable - _dense(view, queries, table, lengths, 0.25, window=50)).max() < F32_TOLERANCE
