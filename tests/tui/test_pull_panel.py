@@ -76,6 +76,10 @@ async def test_a_failed_pull_says_why_and_keeps_serving(hub: HubServer, store: S
         panel = pilot.app.query_one(PullPanel)
         assert panel.phase == "error"
         assert "No-Such-Repo" in panel.query_one("#pull-detail").render().plain
+        # The table is filled by a listing thread (started at mount, and again when a pull ends),
+        # and a missing repo fails faster than a cold store lists: wait for the listings, not a guess.
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
         assert len(pilot.app.query_one(ModelTable).models) == 3
 
 
