@@ -20,7 +20,7 @@ COMMAND_MODULES = ("store", "pull", "serve", "bench")
 
 def build_parser() -> argparse.ArgumentParser:
     settings_flags = argparse.ArgumentParser(add_help=False)
-    add_server_arguments(settings_flags.add_argument_group("server and store settings"))
+    add_server_arguments(settings_flags)
     parser = argparse.ArgumentParser(
         prog="kinfer",
         description="A local LLM server: four API dialects on one port, a model store, a live dashboard.",

@@ -1,7 +1,8 @@
 """One configuration schema: CLI flags override `KINFER_*` environment variables override defaults.
 
-Every setting is a field of `Settings`; its metadata names the flag and says what it does, so the
-parser, the environment loader and the docs are all generated from this one table.
+Every setting is a field of `Settings`; its metadata names the flag, says what it does and which group
+it belongs to, so the parser, the environment loader and the docs are all generated from this one table.
+Engines never read the environment: `engines/loader.py` hands them plain values from `Settings`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,25 @@ DEFAULT_PORT = 11500
 DEFAULT_HOME = Path("~/.kinfer")
 
 
-def _setting(default: Any, help: str, *, flag: str | None = None, choices: tuple[str, ...] | None = None):
-    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices})
+# groups of settings: the first two are shown by `kinfer --help`; diagnostics are accepted as flags and
+# variables like every setting but listed only in docs/configuration.md
+SERVER = "server and store settings"
+ENGINE = "engine settings"
+DIAGNOSTIC = "engine diagnostics"
+
+_ON = ("1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+
+
+def _setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    group: str = SERVER,
+):
+    return field(default=default, metadata={"help": help, "flag": flag, "choices": choices, "group": group})
 
 
 @dataclass(frozen=True)
@@ -42,9 +60,41 @@ class Settings:
     origins: str = _setting(
         "http://localhost,http://127.0.0.1", "CORS origins allowed, comma separated ('*' for any)"
     )
-    mlx_cache_limit_gb: float = _setting(4.0, "cap on MLX's buffer cache, GiB", flag="--mlx-cache-limit")
-    threads: int = _setting(0, "CPU threads for llama.cpp (0: the cores available)")
     log_level: str = _setting("info", "logging level", choices=("debug", "info", "warning", "error"))
+
+    threads: int = _setting(0, "llama.cpp: CPU threads (0: the cores available)", group=ENGINE)
+    gpu_layers: int = _setting(-1, "llama.cpp: layers offloaded to a GPU (-1: all, 0: none)", group=ENGINE)
+    step_tokens: int = _setting(
+        0, "llama.cpp: tokens per forward pass, replies first, then prompt chunks (0: 2048)", group=ENGINE
+    )
+    mlx_cache_limit_gb: float = _setting(
+        4.0, "MLX: cap on the buffer cache, GiB", flag="--mlx-cache-limit", group=ENGINE
+    )
+    prefill_chunk: int = _setting(
+        0, "MLX: prompt tokens prefilled per step (0: 2048 on a GPU, 128 on a CPU)", group=ENGINE
+    )
+
+    exact_prefix: bool = _setting(
+        False,
+        "llama.cpp: adopt only whole saved prompts, on every model (recurrent ones always do)",
+        group=DIAGNOSTIC,
+    )
+    mlx_self_check: bool = _setting(
+        True, "MLX: at load, check the batched caches against mlx-lm's own forward pass", group=DIAGNOSTIC
+    )
+    mlx_fused_decode: bool = _setting(
+        True,
+        "MLX on CUDA: the fused paged decode-attention kernel (off: the portable path)",
+        group=DIAGNOSTIC,
+    )
+    mlx_gated_delta: bool = _setting(
+        True,
+        "MLX on CUDA: the GatedDeltaNet recurrence kernel of Qwen3.5-style models (off: mlx-lm's path)",
+        group=DIAGNOSTIC,
+    )
+    mlx_fuse_projections: bool | None = _setting(
+        None, "MLX: q/k/v and gate/up as one matrix product each (auto: on a GPU)", group=DIAGNOSTIC
+    )
 
     @property
     def models_dir(self) -> Path:
@@ -81,10 +131,28 @@ def _flag(f) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
+def _kind(f) -> str:
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
+def _switch(raw: str, *, auto: bool) -> bool | None:
+    """An on/off setting: on/off, 1/0, true/false, yes/no (and `auto` -> None where the field allows it)."""
+    word = raw.strip().lower()
+    if word in _ON:
+        return True
+    if word in _OFF:
+        return False
+    if auto and word == "auto":
+        return None
+    raise ValueError("use on or off" + (", or auto" if auto else ""))
+
+
 def _convert(f, raw: str) -> Any:
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    kind = _kind(f)
     if "Path" in kind:
         return Path(raw)
+    if kind.startswith("bool"):
+        return _switch(raw, auto="None" in kind)
     if kind.startswith("int"):
         return int(raw)
     if kind.startswith("float"):
@@ -92,18 +160,41 @@ def _convert(f, raw: str) -> Any:
     return raw
 
 
+def _metavar(f) -> str | None:
+    if f.metadata.get("choices"):
+        return None  # argparse shows the choices
+    if _kind(f).startswith("bool"):
+        return "{auto,on,off}" if "None" in _kind(f) else "{on,off}"
+    return f.name.upper()
+
+
+def _show(f) -> str:
+    """A setting's default as the docs and tables write it."""
+    if _kind(f).startswith("bool"):
+        return {True: "on", False: "off", None: "auto"}[f.default]
+    return "" if f.default is MISSING else str(f.default)
+
+
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per setting; defaults stay None so unset flags fall through to env and defaults."""
+    """Add one flag per setting, in a help group per setting group; an unset flag falls through to
+    the environment and the default. Diagnostic switches are accepted but left out of `--help`."""
+    groups = {
+        SERVER: parser.add_argument_group(SERVER),
+        ENGINE: parser.add_argument_group(
+            ENGINE, "diagnostic switches for the engines are accepted too: docs/configuration.md lists them"
+        ),
+    }
     for f in fields(Settings):
-        parser.add_argument(
+        group = f.metadata["group"]
+        groups.get(group, parser).add_argument(
             _flag(f),
             dest=f"setting_{f.name}",
             # SUPPRESS: an unset flag leaves no attribute, so a subcommand's copy of the flags
             # never hides the same flag given before the subcommand
             default=argparse.SUPPRESS,
             choices=f.metadata.get("choices"),
-            metavar=None if f.metadata.get("choices") else f.name.upper(),
-            help=f.metadata["help"],
+            metavar=_metavar(f),
+            help=argparse.SUPPRESS if group == DIAGNOSTIC else f.metadata["help"],
         )
 
 
@@ -133,10 +224,10 @@ def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str
     return settings
 
 
-def settings_table() -> list[tuple[str, str, str, str]]:
-    """(flag, env var, default, help) for every setting, for docs and `--help`."""
-    rows = []
-    for f in fields(Settings):
-        default = "" if f.default is MISSING else str(f.default)
-        rows.append((_flag(f), f"KINFER_{f.name.upper()}", default, f.metadata["help"]))
-    return rows
+def settings_table(group: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(flag, env var, default, help) for every setting (of one group, if given), for the docs."""
+    return [
+        (_flag(f), f"KINFER_{f.name.upper()}", _show(f), f.metadata["help"])
+        for f in fields(Settings)
+        if group is None or f.metadata["group"] == group
+    ]

@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 from kinfer.protocol import FinishReason, Sampling
 
-EngineName = Literal["llama.cpp", "mlx", "scripted"]
+EngineName = Literal["llama.cpp", "mlx"]  # the engines kinfer ships
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Build the right engine for a stored model. Engine modules are imported here lazily."""
+"""Build the right engine for a stored model. Engine modules are imported here lazily.
+
+This is where `Settings` turn into the engines' constructor arguments: engines get plain values and
+never read the environment themselves.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             ctx=row_ctx,
             threads=settings.threads,
             prefix_cache=settings.prefix_cache_enabled,
+            gpu_layers=settings.gpu_layers,
+            step_tokens=settings.step_tokens,
+            # off: the engine decides (exact reuse for recurrent and hybrid models only)
+            exact_prefix=True if settings.exact_prefix else None,
         )
     if model.format == "mlx":
         from kinfer.engines.mlx.engine import MlxEngine
@@ -39,5 +47,10 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             ctx=row_ctx,
             prefix_cache=settings.prefix_cache_enabled,
             cache_limit_gb=settings.mlx_cache_limit_gb,
+            prefill_chunk=settings.prefill_chunk,
+            self_check=settings.mlx_self_check,
+            fused_decode=settings.mlx_fused_decode,
+            gated_delta=settings.mlx_gated_delta,
+            fuse_projections=settings.mlx_fuse_projections,
         )
     raise ValueError(f"no engine serves models of format {model.format!r}")

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kinfer.engines.base import EngineName
 from kinfer.store.manifest import Manifest, ModelFormat
 
 ModelSource = Literal["kinfer", "bundled", "ollama"]
-EngineName = Literal["llama.cpp", "mlx"]
 
 
 @dataclass(frozen=True)

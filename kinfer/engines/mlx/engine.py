@@ -17,15 +17,13 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
-from kinfer.engines.mlx import blas
-from kinfer.engines.mlx.fuse import fuse_projections
+from kinfer.engines.mlx import blas, fuse
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import (
     BLOCK,
@@ -52,6 +50,10 @@ class MlxEngine:
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
     cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
+    falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
+    kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
+    gate/up as one matrix product each; None = only on a GPU).
     """
 
     def __init__(
@@ -65,6 +67,9 @@ class MlxEngine:
         cache_limit_gb: float = 4.0,
         prefill_chunk: int = 0,
         self_check: bool = True,
+        fused_decode: bool = True,
+        gated_delta: bool = True,
+        fuse_projections: bool | None = None,
     ) -> None:
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
@@ -74,9 +79,11 @@ class MlxEngine:
         self._tokenizer = MlxTokenizer(path)
         directory = read_model_directory(path, self._tokenizer.config, self._tokenizer.eos_id)
         self._model = load_weights(path)
-        if os.environ.get("KINFER_MLX_FUSE_PROJECTIONS", "1" if gpu else "0") == "1":
+        if fuse_projections is None:
             # on a GPU the host-side cost of each matrix product dominates small batches (fuse.py)
-            log.debug("fused %d projection groups", fuse_projections(self._model))
+            fuse_projections = gpu
+        if fuse_projections:
+            log.debug("fused %d projection groups", fuse.fuse_projections(self._model))
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
@@ -85,6 +92,9 @@ class MlxEngine:
         self._old_wired_limit = maybe_set_recommended_wired_limit()
         self._layers = plan_layers(self._model, directory.model_type)
         self._paged = [layer for layer in self._layers if isinstance(layer, PagedLayer)]
+        for layer in self._paged:
+            layer.fused_decode = fused_decode
+        self._gated_delta = gated_delta
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
         self.plan = plan_size(
             rows=rows,
@@ -337,7 +347,7 @@ class MlxEngine:
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
-        with kinfer_pass():
+        with kinfer_pass(kernel=self._gated_delta):
             return self._model(inputs, cache=views)
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------

@@ -8,14 +8,14 @@ column), its 32 lanes across the key dimension, the state kept in registers over
 
 `install_gated_delta_hook` reroutes the `gated_delta_update` that mlx-lm's model modules imported, and
 the wrapper uses the kernel only inside `kinfer_pass()` (the MLX engine's own forward passes), so
-mlx-lm's own generation in the same process keeps its own code path. KINFER_MLX_GATED_DELTA=0 turns it
-off.
+mlx-lm's own generation in the same process keeps its own code path. The engine says whether its passes
+may take the kernel (`kinfer_pass(kernel=...)`, from the `mlx_gated_delta` setting:
+`KINFER_MLX_GATED_DELTA=0` turns it off).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import mlx.core as mx
@@ -75,25 +75,28 @@ ROWS_PER_BLOCK = 4  # value columns (one warp each) per thread block
 
 _kernel = None
 _cuda: bool | None = None
-_depth = 0  # > 0 while the MLX engine runs one of its own forward passes
+# while the MLX engine runs one of its own forward passes: whether that pass may take the kernel
+_pass_kernel = False
 
 
 def kernel_available() -> bool:
+    """The kernel can run on this device (MLX on a CUDA GPU)."""
     global _cuda
     if _cuda is None:
-        _cuda = os.environ.get("KINFER_MLX_GATED_DELTA", "1") != "0" and on_cuda_gpu()
+        _cuda = on_cuda_gpu()
     return _cuda
 
 
 @contextlib.contextmanager
-def kinfer_pass() -> Iterator[None]:
-    """Mark a forward pass as kinfer's: the hooked recurrence may take the kernel inside it."""
-    global _depth
-    _depth += 1
+def kinfer_pass(*, kernel: bool = True) -> Iterator[None]:
+    """Mark a forward pass as kinfer's: the hooked recurrence may take the kernel inside it (unless
+    `kernel` is off)."""
+    global _pass_kernel
+    outer, _pass_kernel = _pass_kernel, kernel
     try:
         yield
     finally:
-        _depth -= 1
+        _pass_kernel = outer
 
 
 def gated_delta_kernel(
@@ -125,7 +128,7 @@ def gated_delta_kernel(
 def _fits(k: mx.array, v: mx.array, a: mx.array, mask: mx.array | None, use_kernel: bool) -> bool:
     dk, hk, hv = k.shape[-1], k.shape[-2], v.shape[-2]
     return (
-        _depth > 0
+        _pass_kernel
         and use_kernel
         and mask is None
         and a.ndim == 3  # a scalar gate per head (a vector gate has a Dk axis)

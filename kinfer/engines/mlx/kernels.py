@@ -6,14 +6,14 @@ share a KV head are served from one read of each key and value. This replaces th
 the portable path (`PagedKV._attend_decode_ops`) with one launch per layer, which is what decides
 speed when a step is a few milliseconds of many tiny kernels.
 
-Used only when MLX runs on CUDA, the head sizes are multiples of 32 and the layer has no attention
-sinks; set KINFER_MLX_FUSED_DECODE=0 to force the portable path.
+Used only when MLX runs on CUDA, the head sizes are multiples of 32, the layer has no attention sinks
+and its `PagedLayer.fused_decode` is on (the engine's `fused_decode`, from the `mlx_fused_decode`
+setting: `KINFER_MLX_FUSED_DECODE=0` forces the portable path).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
 import mlx.core as mx
 
@@ -137,9 +137,10 @@ def on_cuda_gpu() -> bool:
 
 
 def fused_decode_available(dim: int, dim_v: int, dtype: mx.Dtype) -> bool:
+    """The kernel can serve a layer of these head sizes and dtype on this device."""
     global _cuda
     if _cuda is None:
-        _cuda = os.environ.get("KINFER_MLX_FUSED_DECODE", "1") != "0" and on_cuda_gpu()
+        _cuda = on_cuda_gpu()
     return _cuda and dim % 32 == 0 and dim_v % 32 == 0 and dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 

@@ -76,8 +76,9 @@ class PagedLayer:
     first write, when the layer's head count, head size and dtype are known.
     """
 
-    def __init__(self, window: int | None = None) -> None:
+    def __init__(self, window: int | None = None, *, fused_decode: bool = True) -> None:
         self.window = window  # sliding-window attention: only the last `window` positions are read
+        self.fused_decode = fused_decode  # decode with the fused CUDA kernel where it is available
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.heads = 0
@@ -261,8 +262,10 @@ class PagedKV:
 
     def _attend_decode(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
         layer = self.layer
-        if sinks is None and fused_decode_available(
-            queries.shape[-1], layer.values.shape[-1], layer.keys.dtype
+        if (
+            sinks is None
+            and layer.fused_decode
+            and fused_decode_available(queries.shape[-1], layer.values.shape[-1], layer.keys.dtype)
         ):
             tables, bounds = self.layout.kernel_inputs(layer.window)
             return paged_decode_attention(

@@ -94,3 +94,17 @@ def test_inside_a_kinfer_pass_the_wrapper_takes_the_kernel_and_agrees():
         mx.abs(y_ref.astype(mx.float32)).max()
     )
     assert float(mx.abs(state - state_ref).max()) < 1e-3 * (1 + float(mx.abs(state_ref).max()))
+
+
+@cuda
+def test_a_kinfer_pass_with_the_kernel_off_stays_on_mlx_lm():
+    # what --mlx-gated-delta off (KINFER_MLX_GATED_DELTA=0) makes the engine's passes do
+    from mlx_lm.models import gated_delta
+
+    install_gated_delta_hook()
+    wrapper = gated_delta.gated_delta_update
+    args = _inputs(length=20)
+    with kinfer_pass(kernel=False):
+        y, state = wrapper(*args)
+    y_ref, state_ref = wrapper.__wrapped__(*args)
+    assert mx.array_equal(y, y_ref) and mx.array_equal(state, state_ref)

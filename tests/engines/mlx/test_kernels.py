@@ -89,6 +89,16 @@ def test_fused_kernel_honours_a_sliding_window():
     assert np.abs(portable - expected).max() < max(1e-4, F32_TOLERANCE)
 
 
+@cuda
+def test_a_layer_with_fused_decode_off_takes_the_portable_path():
+    # what --mlx-fused-decode off (KINFER_MLX_FUSED_DECODE=0) sets on every paged layer
+    view, queries, _table = _setup([5, 64, 300])
+    view.layer.fused_decode = False
+    attended = np.array(view.attend(queries, None, None, scale=0.1).astype(mx.float32))
+    portable = np.array(view._attend_decode_ops(queries, 0.1, None).astype(mx.float32))
+    assert np.array_equal(attended, portable)
+
+
 def test_portable_path_matches_dense_attention():
     """The path every non-CUDA device uses: split over each row's blocks, merged per row."""
     lengths = [1, 64, 65, 200, 7]

@@ -1,0 +1,70 @@
+"""`load_engine` turns `Settings` into engine constructor arguments: every engine knob and diagnostic
+switch is reachable from a flag or `KINFER_*` variable, and engines read no environment of their own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kinfer.config import Settings
+from kinfer.engines.loader import load_engine
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    format: str
+    path: Path
+
+
+def test_llama_engine_settings_reach_the_engine(smollm2_gguf: Path):
+    small = Settings(parallel=2, ctx=512, threads=1)
+    with load_engine(Model("smollm2", "gguf", smollm2_gguf), small) as engine:
+        assert engine.plan.n_batch == 2048  # the default step budget
+        assert engine._pool is not None and not engine._pool.exact_only  # SmolLM2 is not recurrent
+    tuned = Settings(parallel=2, ctx=512, threads=1, step_tokens=64, exact_prefix=True, gpu_layers=0)
+    with load_engine(Model("smollm2", "gguf", smollm2_gguf), tuned) as engine:
+        assert engine.plan.n_batch == 64
+        assert engine._pool is not None and engine._pool.exact_only
+
+
+def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from kinfer.engines.mlx.fuse import FusedPart
+    from tests.fixtures.tiny_mlx import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "qwen3", "qwen3")
+    model = Model("tiny", "mlx", path)
+
+    def fused_parts(engine) -> int:
+        return sum(isinstance(m, FusedPart) for _, m in engine._model.named_modules())
+
+    # engines read no environment: KINFER_* variables count only through load_settings
+    monkeypatch.setenv("KINFER_MLX_FUSED_DECODE", "0")
+    monkeypatch.setenv("KINFER_MLX_FUSE_PROJECTIONS", "1")
+    engine = load_engine(model, Settings(parallel=2, ctx=256))
+    try:
+        assert engine.plan.prefill_chunk == 128  # automatic, on this CPU
+        assert fused_parts(engine) == 0  # auto: projections are fused on a GPU only
+        assert all(layer.fused_decode for layer in engine._paged)
+    finally:
+        engine.close()
+
+    forced = Settings(
+        parallel=2,
+        ctx=256,
+        prefill_chunk=16,
+        mlx_self_check=False,
+        mlx_fused_decode=False,
+        mlx_gated_delta=False,
+        mlx_fuse_projections=True,
+    )
+    engine = load_engine(model, forced)
+    try:
+        assert engine.plan.prefill_chunk == 16
+        assert fused_parts(engine) > 0
+        assert not any(layer.fused_decode for layer in engine._paged)
+        assert engine._gated_delta is False
+    finally:
+        engine.close()
