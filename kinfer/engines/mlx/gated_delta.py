@@ -16,6 +16,7 @@ may take the kernel (`kinfer_pass(kernel=...)`, from the `mlx_gated_delta` setti
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import mlx.core as mx
@@ -75,8 +76,9 @@ ROWS_PER_BLOCK = 4  # value columns (one warp each) per thread block
 
 _kernel = None
 _cuda: bool | None = None
-# while the MLX engine runs one of its own forward passes: whether that pass may take the kernel
-_pass_kernel = False
+# per thread (engines are thread-bound): inside one of the MLX engine's own forward passes, whether it
+# may take the kernel; outside any pass, never
+_pass = threading.local()
 
 
 def kernel_available() -> bool:
@@ -91,12 +93,12 @@ def kernel_available() -> bool:
 def kinfer_pass(*, kernel: bool = True) -> Iterator[None]:
     """Mark a forward pass as kinfer's: the hooked recurrence may take the kernel inside it (unless
     `kernel` is off)."""
-    global _pass_kernel
-    outer, _pass_kernel = _pass_kernel, kernel
+    outer = getattr(_pass, "kernel", False)
+    _pass.kernel = kernel
     try:
         yield
     finally:
-        _pass_kernel = outer
+        _pass.kernel = outer
 
 
 def gated_delta_kernel(
@@ -128,7 +130,7 @@ def gated_delta_kernel(
 def _fits(k: mx.array, v: mx.array, a: mx.array, mask: mx.array | None, use_kernel: bool) -> bool:
     dk, hk, hv = k.shape[-1], k.shape[-2], v.shape[-2]
     return (
-        _pass_kernel
+        getattr(_pass, "kernel", False)
         and use_kernel
         and mask is None
         and a.ndim == 3  # a scalar gate per head (a vector gate has a Dk axis)
