@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 
 from kinfer.config import Settings
-from kinfer.runtime import Runtime, bind_socket, serve
+from kinfer.runtime import Runtime
+from kinfer.server.http import bind_socket, serve
 
 
 @dataclass

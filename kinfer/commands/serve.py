@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
 
 
 def serve(settings: Settings, *, headless: bool) -> int:
-    from kinfer.runtime import Runtime, bind_socket
+    from kinfer.runtime import Runtime
+    from kinfer.server.http import bind_socket
 
     runtime = Runtime.build(settings)
     try:
@@ -57,7 +58,7 @@ def serve(settings: Settings, *, headless: bool) -> int:
 
 
 async def _serve_headless(runtime, sock, host: str, port: int) -> int:
-    from kinfer.runtime import serve as serve_runtime
+    from kinfer.server.http import serve as serve_runtime
 
     shutdown = asyncio.Event()
     loop = asyncio.get_running_loop()

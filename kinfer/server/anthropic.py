@@ -30,6 +30,7 @@ from kinfer.protocol import Delta, Done, ErrorEvent, Event, ToolCallEvent
 from kinfer.scheduler import RequestStream
 from kinfer.server.anthropic_wire import CountTokensBody, MessagesBody, to_request, tool_use_id
 from kinfer.server.context import runtime
+from kinfer.server.dialect import Dialect
 from kinfer.server.streaming import sse, streaming_response
 from kinfer.server.wire import read_body
 
@@ -238,6 +239,19 @@ async def with_pings(events: AsyncIterator[Event], interval: float) -> AsyncIter
 
 # ---- rendering --------------------------------------------------------------------------------
 
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+
 
 def error_body(error: Exception) -> tuple[dict[str, Any], int]:
     """Anthropic's envelope, `{"type": "error", "error": {"type", "message"}}`, and its status."""
@@ -375,3 +389,12 @@ async def count_tokens() -> Response:
     request = to_request(wire, f"count_{uuid.uuid4().hex[:24]}")
     tokens = await runtime().scheduler.count_tokens(request)
     return jsonify({"input_tokens": tokens})
+
+
+DIALECT = Dialect(
+    name="anthropic",
+    prefixes=("/v1/messages",),
+    blueprint=blueprint,
+    error_response=error_response,
+    error_schema=ERROR_SCHEMA,
+)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from quart import Quart, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
@@ -12,49 +11,25 @@ from kinfer import __version__
 from kinfer.errors import InvalidRequest, KinferError, ModelNotFound, PromptTooLong
 from kinfer.metrics import render
 from kinfer.runtime import Runtime
-from kinfer.server import ollama, openai_chat
 from kinfer.server.access import install_access_control
+from kinfer.server.dialects import DIALECTS, dialect_for
 from kinfer.server.openapi import openapi_spec
 
 log = logging.getLogger(__name__)
 
-ErrorRenderer = Callable[[KinferError], Response]
-
-
-def error_renderers() -> list[tuple[str, ErrorRenderer]]:
-    """(path prefix, renderer); the first matching prefix wins, OpenAI's shape is the fallback."""
-    renderers: list[tuple[str, ErrorRenderer]] = [("/api/", ollama.error_response)]
-    for module_name, prefix in (("anthropic", "/v1/messages"), ("responses", "/v1/responses")):
-        try:
-            module = __import__(f"kinfer.server.{module_name}", fromlist=["error_response"])
-        except ImportError:
-            continue
-        renderers.insert(0, (prefix, module.error_response))
-    return renderers
-
 
 def create_app(runtime: Runtime) -> Quart:
+    """The Quart app over `runtime`: each dialect's blueprint, /health, /metrics and /openapi.json."""
     app = Quart("kinfer")
     app.extensions["kinfer"] = runtime
     app.config["MAX_CONTENT_LENGTH"] = int(runtime.settings.max_body_mb * 1024 * 1024)
     app.config["BODY_TIMEOUT"] = 120
     install_access_control(app, runtime.settings)
-    app.register_blueprint(openai_chat.blueprint)
-    app.register_blueprint(ollama.blueprint)
-    for module_name in ("anthropic", "responses"):
-        try:
-            module = __import__(f"kinfer.server.{module_name}", fromlist=["blueprint"])
-        except ImportError:
-            continue
-        app.register_blueprint(module.blueprint)
-    renderers = error_renderers()
+    for dialect in DIALECTS:
+        app.register_blueprint(dialect.blueprint)
 
     def render_error(error: KinferError) -> Response:
-        path = request.path
-        for prefix, renderer in renderers:
-            if path.startswith(prefix):
-                return renderer(error)
-        return openai_chat.error_response(error)
+        return dialect_for(request.path).error_response(error)
 
     @app.errorhandler(KinferError)
     async def _kinfer_error(error: KinferError) -> Response:

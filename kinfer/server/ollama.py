@@ -24,6 +24,7 @@ from kinfer.protocol import (
 )
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
+from kinfer.server.dialect import Dialect
 from kinfer.server.ollama_wire import (
     ChatBody,
     CopyBody,
@@ -75,6 +76,13 @@ def final_fields(done: Done) -> dict[str, Any]:
 
 def tool_call_json(call: ToolCall, index: int) -> dict[str, Any]:
     return {"id": call.id, "function": {"index": index, "name": call.name, "arguments": call.arguments}}
+
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+}
 
 
 def error_response(error: KinferError) -> Response:
@@ -425,3 +433,12 @@ async def pull() -> Response:
 @blueprint.route("/", methods=["GET", "HEAD"])
 async def root() -> Response:
     return Response("Ollama is running", mimetype="text/plain")
+
+
+DIALECT = Dialect(
+    name="ollama",
+    prefixes=("/api/",),
+    blueprint=blueprint,
+    error_response=error_response,
+    error_schema=ERROR_SCHEMA,
+)

@@ -23,9 +23,10 @@ from kinfer.protocol import (
 )
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
+from kinfer.server.dialect import Dialect
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
 
 log = logging.getLogger(__name__)
 
@@ -261,3 +262,12 @@ async def list_models() -> Response:
 @blueprint.get("/v1/models/<path:name>")
 async def get_model(name: str) -> Response:
     return jsonify(model_json(runtime().store.resolve(name)))
+
+
+DIALECT = Dialect(
+    name="openai",
+    prefixes=("/",),  # OpenAI's envelope is the default: every path no other dialect claims
+    blueprint=blueprint,
+    error_response=error_response,
+    error_schema=OPENAI_ERROR_SCHEMA,
+)

@@ -5,15 +5,15 @@
 Paths come from `app.url_map` itself, so a route cannot be missing from the spec; what a route takes
 comes from `ENDPOINTS` (endpoint name -> `Endpoint`), whose request bodies are the pydantic models the
 dialect modules parse with (`model_json_schema`), so the documented body is the one that is enforced.
-A route with a body but no entry in `ENDPOINTS` is still listed, and `undocumented_bodies` names it
-(the tests fail on it).
+Error envelopes come from the dialect that owns the path (`dialects.dialect_for`, as the app renders
+them). A route with a body but no entry in `ENDPOINTS` is still listed, and `undocumented_bodies`
+names it (the tests fail on it).
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,11 @@ from pydantic.json_schema import models_json_schema
 from quart import Quart
 
 from kinfer import __version__
-
-log = logging.getLogger(__name__)
+from kinfer.server.anthropic_wire import CountTokensBody, MessagesBody
+from kinfer.server.dialects import dialect_for
+from kinfer.server.ollama_wire import ChatBody, CopyBody, GenerateBody, NameBody
+from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest
+from kinfer.server.responses_wire import ResponsesBody
 
 OPENAPI_VERSION = "3.1.0"
 SKIPPED_METHODS = frozenset({"HEAD", "OPTIONS"})
@@ -40,35 +43,6 @@ TEXT = "text/plain"
 # ---- small response schemas (written by hand where the model is cheap to state) --------------
 
 OBJECT: dict[str, Any] = {"type": "object"}
-OPENAI_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message", "type"],
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["integer", "string", "null"]},
-            },
-        }
-    },
-}
-ANTHROPIC_ERROR = {
-    "type": "object",
-    "required": ["type", "error"],
-    "properties": {
-        "type": {"const": "error"},
-        "error": {
-            "type": "object",
-            "required": ["type", "message"],
-            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-        },
-    },
-}
-OLLAMA_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 MODEL_LIST = {
     "type": "object",
     "required": ["object", "data"],
@@ -111,85 +85,57 @@ STATIC_SCHEMAS = {"OpenAIModel": OPENAI_MODEL}
 
 @dataclass(frozen=True)
 class Endpoint:
-    """What one endpoint takes and gives. `body` is "module:Class" of its pydantic wire model."""
+    """What one endpoint takes and gives. `body` is the pydantic wire model its handler parses."""
 
     summary: str
     tag: str
-    body: str | None = None
+    body: type[BaseModel] | None = None
     reply: dict[str, Any] | None = None  # JSON schema of the 200 answer (None: any JSON object)
     reply_type: str = JSON
     streams: str | None = None  # the mimetype when the request asks to stream
     open: bool = False  # no API key needed
 
 
-OPENAI = "kinfer.server.openai_wire"
-OLLAMA = "kinfer.server.ollama_wire"
-ANTHROPIC = "kinfer.server.anthropic_wire"
-RESPONSES = "kinfer.server.responses_wire"
-
 ENDPOINTS: dict[str, Endpoint] = {
     "health": Endpoint("Liveness, version and loaded models", "server", reply=HEALTH, open=True),
     "metrics": Endpoint("Prometheus metrics", "server", reply_type=TEXT),
     "openapi_json": Endpoint("This OpenAPI description", "server"),
     "openai.chat_completions": Endpoint(
-        "OpenAI Chat Completions", "openai", body=f"{OPENAI}:ChatCompletionRequest", streams=SSE
+        "OpenAI Chat Completions", "openai", body=ChatCompletionRequest, streams=SSE
     ),
     "openai.completions": Endpoint(
-        "OpenAI legacy Completions", "openai", body=f"{OPENAI}:CompletionRequest", streams=SSE
+        "OpenAI legacy Completions", "openai", body=CompletionRequest, streams=SSE
     ),
     "openai.list_models": Endpoint("OpenAI model list", "openai", reply=MODEL_LIST),
     "openai.get_model": Endpoint("One OpenAI model", "openai", reply=OPENAI_MODEL),
-    "anthropic.create_message": Endpoint(
-        "Anthropic Messages", "anthropic", body=f"{ANTHROPIC}:MessagesBody", streams=SSE
-    ),
+    "anthropic.create_message": Endpoint("Anthropic Messages", "anthropic", body=MessagesBody, streams=SSE),
     "anthropic.count_tokens": Endpoint(
-        "Anthropic token count", "anthropic", body=f"{ANTHROPIC}:CountTokensBody", reply=INPUT_TOKENS
+        "Anthropic token count", "anthropic", body=CountTokensBody, reply=INPUT_TOKENS
     ),
-    "responses.create_response": Endpoint(
-        "OpenAI Responses", "responses", body=f"{RESPONSES}:ResponsesBody", streams=SSE
-    ),
+    "responses.create_response": Endpoint("OpenAI Responses", "responses", body=ResponsesBody, streams=SSE),
     "responses.get_response": Endpoint("A stored response", "responses"),
     "responses.delete_response": Endpoint("Delete a stored response", "responses"),
-    "ollama.chat": Endpoint("Ollama chat", "ollama", body=f"{OLLAMA}:ChatBody", streams=NDJSON),
-    "ollama.generate": Endpoint("Ollama generate", "ollama", body=f"{OLLAMA}:GenerateBody", streams=NDJSON),
+    "ollama.chat": Endpoint("Ollama chat", "ollama", body=ChatBody, streams=NDJSON),
+    "ollama.generate": Endpoint("Ollama generate", "ollama", body=GenerateBody, streams=NDJSON),
     "ollama.tags": Endpoint("Ollama model list", "ollama", reply=OLLAMA_MODELS),
-    "ollama.show": Endpoint("Ollama model details", "ollama", body=f"{OLLAMA}:NameBody"),
+    "ollama.show": Endpoint("Ollama model details", "ollama", body=NameBody),
     "ollama.ps": Endpoint("Ollama loaded models", "ollama", reply=OLLAMA_MODELS),
     "ollama.version": Endpoint("Ollama API version", "ollama"),
-    "ollama.delete": Endpoint(
-        "Remove a model from the store", "ollama", body=f"{OLLAMA}:NameBody", reply_type=TEXT
-    ),
-    "ollama.copy": Endpoint(
-        "Give a model a second name", "ollama", body=f"{OLLAMA}:CopyBody", reply_type=TEXT
-    ),
-    "ollama.pull": Endpoint("Pull a model from the Hub", "ollama", body=f"{OLLAMA}:NameBody", streams=NDJSON),
+    "ollama.delete": Endpoint("Remove a model from the store", "ollama", body=NameBody, reply_type=TEXT),
+    "ollama.copy": Endpoint("Give a model a second name", "ollama", body=CopyBody, reply_type=TEXT),
+    "ollama.pull": Endpoint("Pull a model from the Hub", "ollama", body=NameBody, streams=NDJSON),
     "ollama.root": Endpoint("Ollama liveness", "ollama", reply_type=TEXT, open=True),
 }
 
 
-def error_schema(path: str) -> dict[str, Any]:
-    """The error envelope of the dialect a path belongs to (the same prefixes `create_app` uses)."""
-    if path.startswith("/api/"):
-        return OLLAMA_ERROR
-    if path.startswith("/v1/messages"):
-        return ANTHROPIC_ERROR
-    return OPENAI_ERROR
+def error_schema(path: str) -> Mapping[str, Any]:
+    """The error envelope of the dialect a path belongs to (the one the app renders its errors in)."""
+    return dialect_for(path).error_schema
 
 
 def openapi_path(rule: str) -> str:
     """`/v1/models/<path:name>` -> `/v1/models/{name}`."""
     return _CONVERTER.sub(r"{\1}", rule)
-
-
-def load_model(reference: str) -> type[BaseModel] | None:
-    """The class named by "module:Class", or None when its module is not there (a dialect in progress)."""
-    module_name, _, attr = reference.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        log.debug("openapi: %s is not importable", module_name)
-        return None
-    return getattr(module, attr, None)
 
 
 def routes(app: Quart) -> list[tuple[str, str, str]]:
@@ -210,20 +156,20 @@ def undocumented_bodies(app: Quart) -> list[str]:
         doc = ENDPOINTS.get(endpoint)
         # Ollama's DELETE /api/delete reads a JSON body too; no other DELETE does
         takes_body = method in BODY_METHODS or (method == "DELETE" and endpoint.startswith("ollama."))
-        if takes_body and (doc is None or doc.body is None or load_model(doc.body) is None):
+        if takes_body and (doc is None or doc.body is None):
             missing.append(f"{method} {rule}")
     return missing
 
 
-def _request_schemas(references: set[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """{reference: {"$ref": ...}} and the shared component schemas for the wire models named."""
-    models = {ref: model for ref in sorted(references) if (model := load_model(ref)) is not None}
+def _request_schemas(
+    models: set[type[BaseModel]],
+) -> tuple[dict[type[BaseModel], dict[str, Any]], dict[str, Any]]:
+    """{model: {"$ref": ...}} and the shared component schemas for the wire models given."""
     if not models:
         return {}, {}
-    keys, top = models_json_schema(
-        [(model, "validation") for model in models.values()], ref_template=REF_TEMPLATE
-    )
-    refs = {ref: keys[(model, "validation")] for ref, model in models.items()}
+    ordered = sorted(models, key=lambda model: f"{model.__module__}:{model.__qualname__}")
+    keys, top = models_json_schema([(model, "validation") for model in ordered], ref_template=REF_TEMPLATE)
+    refs = {model: keys[(model, "validation")] for model in ordered}
     return refs, top.get("$defs", {})
 
 
@@ -245,7 +191,9 @@ def _responses(path: str, doc: Endpoint | None) -> dict[str, Any]:
     return {"200": ok, "4XX": error, "5XX": error}
 
 
-def _operation(method: str, rule: str, endpoint: str, refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _operation(
+    method: str, rule: str, endpoint: str, refs: dict[type[BaseModel], dict[str, Any]]
+) -> dict[str, Any]:
     path = openapi_path(rule)
     doc = ENDPOINTS.get(endpoint)
     operation: dict[str, Any] = {

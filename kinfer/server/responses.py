@@ -1,7 +1,9 @@
 """OpenAI Responses (`/v1/responses`): routes, stored responses and errors in OpenAI's shape.
 
 Wire schemas and input translation live in `responses_wire`, rendering in `responses_render`, the
-bounded store behind `previous_response_id` in `responses_store`.
+bounded store behind `previous_response_id` in `responses_store`. Each app gets its own store when
+it registers this blueprint (in `app.extensions`, read with `response_store()`), so stored responses
+go away with the server.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from quart import Blueprint, Response, jsonify
+from quart import Blueprint, Response, current_app, jsonify
+from quart.blueprints import BlueprintSetupState
 
 from kinfer.errors import EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
 from kinfer.scheduler import RequestStream, validate_request
 from kinfer.server.context import runtime
+from kinfer.server.dialect import Dialect
 from kinfer.server.responses_render import (
     OutputAssembler,
     ResponseContext,
@@ -26,7 +30,7 @@ from kinfer.server.responses_render import (
     response_json,
     usage_json,
 )
-from kinfer.server.responses_store import ResponseStore, StoredResponse, store_of
+from kinfer.server.responses_store import ResponseStore, StoredResponse
 from kinfer.server.responses_wire import (
     ResponsesBody,
     think_from,
@@ -36,11 +40,22 @@ from kinfer.server.responses_wire import (
     tool_json,
 )
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
 
 log = logging.getLogger(__name__)
 
 blueprint = Blueprint("responses", __name__)
+STORE_KEY = "kinfer.responses.store"
+
+
+@blueprint.record_once
+def _make_store(state: BlueprintSetupState) -> None:
+    state.app.extensions[STORE_KEY] = ResponseStore()
+
+
+def response_store() -> ResponseStore:
+    """The running app's stored responses (needs the app context)."""
+    return current_app.extensions[STORE_KEY]
 
 
 class ResponseNotFound(KinferError):
@@ -61,7 +76,7 @@ class ResponseNotFound(KinferError):
 def previous_conversation(response_id: str | None) -> tuple[Message, ...]:
     if response_id is None:
         return ()
-    stored = store_of(runtime().extras).get(response_id)
+    stored = response_store().get(response_id)
     if stored is None:
         raise ResponseNotFound(
             f"Previous response with id '{response_id}' not found.",
@@ -226,7 +241,7 @@ async def create_response() -> Response:
     response_id = new_id("resp")
     request, conversation = to_request(wire, response_id)
     stream = await runtime().scheduler.submit(request)
-    turn = Turn(context_of(wire, response_id, stream.model), conversation, store_of(runtime().extras))
+    turn = Turn(context_of(wire, response_id, stream.model), conversation, response_store())
     if wire.stream:
         await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, response_stream(stream, turn), "text/event-stream")
@@ -239,7 +254,7 @@ async def create_response() -> Response:
 @blueprint.get("/v1/responses/<response_id>")
 @blueprint.get("/responses/<response_id>")
 async def get_response(response_id: str) -> Response:
-    stored = store_of(runtime().extras).get(response_id)
+    stored = response_store().get(response_id)
     if stored is None:
         raise ResponseNotFound(f"Response with id '{response_id}' not found.")
     return jsonify(stored.body)
@@ -248,6 +263,15 @@ async def get_response(response_id: str) -> Response:
 @blueprint.delete("/v1/responses/<response_id>")
 @blueprint.delete("/responses/<response_id>")
 async def delete_response(response_id: str) -> Response:
-    if not store_of(runtime().extras).delete(response_id):
+    if not response_store().delete(response_id):
         raise ResponseNotFound(f"Response with id '{response_id}' not found.")
     return jsonify({"id": response_id, "object": "response", "deleted": True})
+
+
+DIALECT = Dialect(
+    name="responses",
+    prefixes=("/v1/responses",),
+    blueprint=blueprint,
+    error_response=error_response,
+    error_schema=OPENAI_ERROR_SCHEMA,
+)

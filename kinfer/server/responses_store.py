@@ -2,7 +2,8 @@
 
 Each entry keeps the response object as sent and the conversation it ended (every message but the
 instructions, which OpenAI does not carry over to the next response), so a follow-up request needs
-only its new input. Lives in `runtime.extras`, so it goes away with the server, as documented.
+only its new input. The app holds one (see `responses.response_store`), so it goes away with the
+server, as documented.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from kinfer.protocol import Message
 
 DEFAULT_CAPACITY = 1000
-EXTRAS_KEY = "responses.store"
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,3 @@ class ResponseStore:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def store_of(extras: dict[str, object]) -> ResponseStore:
-    """The runtime's response store, made on first use."""
-    store = extras.get(EXTRAS_KEY)
-    if not isinstance(store, ResponseStore):
-        store = ResponseStore()
-        extras[EXTRAS_KEY] = store
-    return store

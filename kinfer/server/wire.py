@@ -1,4 +1,4 @@
-"""Shared pieces of the HTTP edge: a lenient pydantic base model and body parsing."""
+"""Shared pieces of the HTTP edge: a lenient pydantic base model, body parsing, OpenAI's error envelope."""
 
 from __future__ import annotations
 
@@ -18,6 +18,24 @@ W = TypeVar("W", bound="WireModel")
 
 # a \uD800-\uDFFF escape: JSON allows a lone one, but no tokenizer can encode the string it makes
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+# OpenAI's error envelope, which both OpenAI dialects (Chat Completions and Responses) answer in
+OPENAI_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["integer", "string", "null"]},
+            },
+        }
+    },
+}
 
 
 class WireModel(BaseModel):

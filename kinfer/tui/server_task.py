@@ -13,7 +13,8 @@ import logging
 import socket
 from collections.abc import Callable
 
-from kinfer.runtime import Runtime, serve
+from kinfer.runtime import Runtime
+from kinfer.server.http import serve
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ STOP_TIMEOUT_S = 30.0
 
 
 class ServerTask:
-    """Starts `kinfer.runtime.serve` on the running loop; `stop()` asks it to finish and waits."""
+    """Starts `kinfer.server.http.serve` on the running loop; `stop()` asks it to finish and waits."""
 
     def __init__(self, runtime: Runtime, sock: socket.socket) -> None:
         self.runtime = runtime

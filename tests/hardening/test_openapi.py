@@ -8,6 +8,8 @@ import httpx
 import pytest
 import schemathesis
 
+from kinfer.server.app import create_app
+from kinfer.server.dialects import dialect_for
 from kinfer.server.openapi import SKIPPED_ENDPOINTS, SKIPPED_METHODS, openapi_path, undocumented_bodies
 from tests.live_server import LiveServer, running_server, server_settings
 from tests.scripted_engine import ScriptedEngine
@@ -35,7 +37,7 @@ def spec(server: LiveServer) -> dict:
 
 
 def app_routes(server: LiveServer) -> list[tuple[str, str]]:
-    app = server.runtime.create_app()  # the same factory, so the same url map the server runs
+    app = create_app(server.runtime)  # the same factory, so the same url map the server runs
     return [
         (method, rule.rule)
         for rule in app.url_map.iter_rules()
@@ -54,7 +56,7 @@ def test_every_route_of_the_app_is_in_the_spec(server: LiveServer, spec: dict):
 
 
 def test_every_route_that_reads_a_body_documents_its_wire_model(server: LiveServer, spec: dict):
-    assert undocumented_bodies(server.runtime.create_app()) == []
+    assert undocumented_bodies(create_app(server.runtime)) == []
     for path, operations in spec["paths"].items():
         if "post" in operations:
             ref = operations["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
@@ -80,6 +82,10 @@ def test_errors_are_described_in_each_dialects_envelope(spec: dict):
     assert ollama["properties"]["error"] == {"type": "string"}
     assert anthropic["schema"]["properties"]["type"] == {"const": "error"}
     assert "error" in openai["schema"]["required"]
+    for path, operations in spec["paths"].items():  # each from the dialect that renders the path's errors
+        for operation in operations.values():
+            error = operation["responses"]["4XX"]["content"]["application/json"]["schema"]
+            assert error == dialect_for(path).error_schema, path
 
 
 def test_streaming_routes_name_their_stream_type(spec: dict):

@@ -9,7 +9,7 @@ HEADLESS_IMPORTS = """
 import sys
 import kinfer.cli
 kinfer.cli.build_parser()
-import kinfer.runtime, kinfer.server.app
+import kinfer.runtime, kinfer.server.app, kinfer.server.http
 from kinfer.commands.serve import serve
 loaded = sorted(m for m in sys.modules if m == "textual" or m.startswith(("textual.", "kinfer.tui")))
 print(loaded)

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kinfer.runtime import Runtime, bind_socket
+from kinfer.runtime import Runtime
+from kinfer.server.http import bind_socket
 from kinfer.tui.app import KinferDashboard
 from kinfer.tui.live import LiveSource
 from kinfer.tui.server_task import ServerTask
