@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -374,41 +373,25 @@ async def copy() -> Response:
 
 @blueprint.post("/api/pull")
 async def pull() -> Response:
-    from kinfer.store.pull import pull as pull_model
+    from kinfer.store.background_pull import BackgroundPull
     from kinfer.store.refs import parse_ref
 
     body = await read_body(NameBody)
     ref = body.target()
     parse_ref(ref)  # a malformed reference is a 400 here, not a 200 whose stream holds the error
-    rt = runtime()
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-    cancel = threading.Event()
-
-    def on_progress(progress: Any) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, progress.ollama_status())
-
-    def run() -> None:
-        try:
-            pull_model(rt.store, ref, on_progress=on_progress, cancel=cancel)
-            loop.call_soon_threadsafe(queue.put_nowait, {"status": "success"})
-        except KinferError as exc:
-            loop.call_soon_threadsafe(queue.put_nowait, {"error": exc.message, "_status": exc.status})
-        except Exception as exc:
-            log.exception("pull %s failed", ref)
-            loop.call_soon_threadsafe(queue.put_nowait, {"error": str(exc), "_status": 500})
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, None)
-
-    task = asyncio.create_task(asyncio.to_thread(run))
+    pulling = BackgroundPull(runtime().store, ref)
 
     async def lines() -> AsyncIterator[dict[str, Any]]:
         try:
-            while (line := await queue.get()) is not None:
-                yield line
-        finally:
-            if not task.done():
-                cancel.set()
+            async with aclosing(pulling.events()) as events:  # a client that leaves cancels the pull
+                async for progress in events:
+                    yield progress.ollama_status()
+            yield {"status": "success"}
+        except KinferError as exc:
+            yield {"error": exc.message, "_status": exc.status}
+        except Exception as exc:
+            log.exception("pull %s failed", ref)
+            yield {"error": str(exc), "_status": 500}
 
     if not body.stream:
         last: dict[str, Any] = {}
@@ -421,9 +404,10 @@ async def pull() -> Response:
         return jsonify({"status": "success"})
 
     async def stream_lines() -> AsyncIterator[str]:
-        async for line in lines():
-            line.pop("_status", None)
-            yield ndjson(line)
+        async with aclosing(lines()) as source:
+            async for line in source:
+                line.pop("_status", None)
+                yield ndjson(line)
 
     response = Response(stream_lines(), mimetype=NDJSON)
     response.timeout = None

@@ -7,7 +7,8 @@ It is synchronous (callers run it in a thread). The steps: list the repo and dec
 (`transfer`, resuming whatever an earlier pull left), then `Store.install` renames the folder into
 `models/` in one step, so a model is listed only once it is complete and verified.
 
-`iter_pull()` is the same as a generator of `PullProgress` events, for the dashboard and `/api/pull`.
+`iter_pull()` is the same as a generator of `PullProgress` events; `background_pull.BackgroundPull`
+hands them to an asyncio loop (what the dashboard and `/api/pull` run).
 """
 
 from __future__ import annotations

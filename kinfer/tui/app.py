@@ -316,20 +316,18 @@ class KinferDashboard(App[int]):
             self._pull_cancel.set()
             self.notify("stopping the pull; what was fetched is kept for the next one")
 
-    @work(thread=True, group="pull")
-    def _run_pull(self, ref: str, cancel: threading.Event, number: int) -> None:
-        from kinfer.store.pull import pull
+    @work(group="pull")
+    async def _run_pull(self, ref: str, cancel: threading.Event, number: int) -> None:
+        """The pull runs on a thread of its own; its progress arrives here, on the app's loop."""
+        from kinfer.store.background_pull import BackgroundPull
         from kinfer.store.transfer import PullCancelled
 
         assert self.store is not None
         panel = self.query_one(PullPanel)
-
-        def progress(event) -> None:
-            # post_message is thread-safe and queued ones for the same file replace each other
-            panel.post_message(PullPanel.Progress(event, time.monotonic()))
-
+        pulling = BackgroundPull(self.store, ref, cancel=cancel)
         try:
-            model = pull(self.store, ref, on_progress=progress, cancel=cancel)
+            async for event in pulling.events():
+                panel.apply(event, time.monotonic())
         except PullCancelled:
             self._report_pull(number, "stopped; the next pull resumes it", True)
         except KinferError as exc:
@@ -338,15 +336,15 @@ class KinferDashboard(App[int]):
             log.exception("pull of %s failed", ref)
             self._report_pull(number, f"{type(exc).__name__}: {exc}", True)
         else:
-            self._report_pull(number, f"pulled {model.name}", False)
+            assert pulling.model is not None
+            self._report_pull(number, f"pulled {pulling.model.name}", False)
 
     def _report_pull(self, number: int, text: str, error: bool) -> None:
-        """From the pull's thread. After quitting there is no screen left to tell."""
+        """After quitting there is no screen left to tell."""
         if not self.is_running:
             log.info("pull: %s", text)
             return
-        with contextlib.suppress(RuntimeError):  # the app closed between the check and the call
-            self.call_from_thread(self._pull_ended, number, text, error)
+        self._pull_ended(number, text, error)
 
     def _pull_ended(self, number: int, text: str, error: bool) -> None:
         self._pull_cancel = None

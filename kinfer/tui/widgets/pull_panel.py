@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from kinfer.store.progress import PullProgress
@@ -74,21 +73,6 @@ class PullPanel(Vertical):
     }
     """
 
-    class Progress(Message):
-        """Posted from the pull's thread. A newer event for the same file replaces a queued one."""
-
-        def __init__(self, event: PullProgress, at: float) -> None:
-            super().__init__()
-            self.event = event
-            self.at = at
-
-        def can_replace(self, message: Message) -> bool:
-            return (
-                isinstance(message, PullPanel.Progress)
-                and message.event.file == self.event.file
-                and message.event.phase == self.event.phase
-            )
-
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.ref = ""
@@ -113,10 +97,8 @@ class PullPanel(Vertical):
         self.query_one("#pull-detail", Static).update("pulling manifest")
         self.query_one("#pull-files", Static).update("")
 
-    def on_pull_panel_progress(self, message: PullPanel.Progress) -> None:
-        self.apply(message.event, message.at)
-
     def apply(self, event: PullProgress, at: float) -> None:
+        """Show one progress event (on the app's loop; `at` is its `time.monotonic()`)."""
         self.last, self.phase = event, event.phase
         if event.file is not None and event.phase in ("downloading", "verifying"):
             state = self.files.setdefault(event.file, FileState())
