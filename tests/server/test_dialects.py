@@ -15,6 +15,7 @@ import pytest
 from kinfer.server import anthropic, ollama, openai_chat, responses
 from kinfer.server.app import create_app
 from kinfer.server.dialects import DIALECTS, dialect_for
+from kinfer.server.responses_store import ResponseStore
 from tests.live_server import LiveServer, running_server, server_settings
 
 
@@ -35,6 +36,13 @@ def test_the_app_registers_exactly_the_listed_dialects(server: LiveServer) -> No
     app = create_app(server.runtime)
     assert set(app.blueprints) == {d.blueprint.name for d in DIALECTS}
     assert len({d.name for d in DIALECTS}) == len(DIALECTS)
+
+
+def test_each_app_keeps_its_own_stored_responses(server: LiveServer) -> None:
+    # made when the Responses blueprint registers: it lives (and goes away) with its server
+    first, second = create_app(server.runtime), create_app(server.runtime)
+    assert isinstance(first.extensions[responses.STORE_KEY], ResponseStore)
+    assert first.extensions[responses.STORE_KEY] is not second.extensions[responses.STORE_KEY]
 
 
 @pytest.mark.parametrize(
