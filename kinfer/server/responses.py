@@ -270,7 +270,7 @@ async def delete_response(response_id: str) -> Response:
 
 DIALECT = Dialect(
     name="responses",
-    prefixes=("/v1/responses",),
+    prefixes=("/v1/responses", "/responses"),
     blueprint=blueprint,
     error_response=error_response,
     error_schema=OPENAI_ERROR_SCHEMA,

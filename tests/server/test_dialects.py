@@ -57,6 +57,7 @@ def test_each_app_keeps_its_own_stored_responses(server: LiveServer) -> None:
         ("/v1/messages", "anthropic"),
         ("/v1/messages/count_tokens", "anthropic"),
         ("/v1/responses/resp_1", "responses"),
+        ("/responses", "responses"),  # the unversioned alias Codex-style base URLs reach
     ],
 )
 def test_a_path_belongs_to_the_dialect_of_its_longest_prefix(path: str, dialect: str) -> None:
@@ -106,10 +107,11 @@ def test_an_error_is_answered_in_the_envelope_of_its_paths_dialect(
     assert reply.json() == envelope
 
 
-def test_a_responses_error_carries_its_param_and_code(server: LiveServer) -> None:
+@pytest.mark.parametrize("path", ["/v1/responses", "/responses"])
+def test_a_responses_error_carries_its_param_and_code(server: LiveServer, path: str) -> None:
     # Responses renders its own errors: OpenAI's envelope, with the param and code OpenAI sends
     body = {"model": "m", "input": "hi", "previous_response_id": "resp_nope"}
-    reply = httpx.post(server.url + "/v1/responses", json=body, timeout=30)
+    reply = httpx.post(server.url + path, json=body, timeout=30)
     assert reply.status_code == 404
     error = reply.json()["error"]
     assert (error["param"], error["code"]) == ("previous_response_id", "previous_response_not_found")
