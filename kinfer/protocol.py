@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from kinfer.errors import InvalidRequest
+
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "deadline", "error"]
 DeltaKind = Literal["text", "thinking"]
@@ -89,6 +91,15 @@ class ChatRequest:
     ignore_eos: bool = False
     dialect: str = "openai"
     request_id: str = ""
+
+
+def validate_request(request: ChatRequest) -> None:
+    """The checks every dialect needs, run once by the scheduler (`submit`, `count_tokens`);
+    dialect-specific checks live in the dialects. Raises `InvalidRequest`."""
+    if request.raw_prompt is None and not request.messages:
+        raise InvalidRequest("messages must not be empty")
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise InvalidRequest("max_tokens must be at least 1")
 
 
 # ---- events -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from quart import Blueprint, Response, jsonify
 
 from kinfer.errors import EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
-from kinfer.scheduler import RequestStream, validate_request
+from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.responses_render import (
     OutputAssembler,
@@ -94,7 +94,6 @@ def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tupl
         dialect="responses",
         request_id=response_id,
     )
-    validate_request(request)
     return request, conversation
 
 

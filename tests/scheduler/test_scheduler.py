@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kinfer.config import Settings
-from kinfer.errors import Busy, EngineFailure, ModelNotFound, PromptTooLong
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, ModelNotFound, PromptTooLong
 from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Message
 from kinfer.scheduler import Scheduler
 from tests.scripted_engine import ScriptedEngine
@@ -152,6 +152,28 @@ async def test_an_unknown_model_is_not_found():
     scheduler, _ = make_scheduler()
     with pytest.raises(ModelNotFound):
         await scheduler.submit(ask("hi", model="gamma"))
+    await scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("chat_request", "message"),
+    [
+        # what /v1/completions sends (a raw prompt, no messages): it used to reach the engine unchecked
+        (
+            ChatRequest(model="alpha", raw_prompt="Once upon a time", max_tokens=0),
+            "max_tokens must be at least 1",
+        ),
+        (ChatRequest(model="alpha", max_tokens=0), "messages must not be empty"),
+        (ask("hi", max_tokens=-3), "max_tokens must be at least 1"),
+    ],
+)
+async def test_every_request_is_checked_before_a_model_loads(chat_request: ChatRequest, message: str):
+    scheduler, engines = make_scheduler()
+    with pytest.raises(InvalidRequest, match=message):
+        await scheduler.submit(chat_request)
+    with pytest.raises(InvalidRequest, match=message):
+        await scheduler.count_tokens(chat_request)
+    assert engines == [] and scheduler.loaded_models() == []
     await scheduler.close()
 
 
