@@ -74,6 +74,9 @@ class ChatRequest:
     `raw_prompt`: a prompt that bypasses the chat template (/v1/completions, Ollama raw generate).
     `keep_alive`: seconds to keep the model loaded after this request; None = server default,
     0 = unload when done, negative = never unload.
+    `stop`: strings that end the reply. They are matched by the engine on everything the model
+    generates, thinking and tool-call markup included (the think splitter runs later, on the event
+    loop); the matched string and what follows it are never sent, and `Done.stop_string` names it.
     """
 
     model: str
@@ -145,10 +148,14 @@ class Timings:
 
 @dataclass(frozen=True)
 class Done:
+    """The reply ended. `stop_string`: which of `ChatRequest.stop` ended it (matched by the engine on
+    the raw generated text, so possibly inside thinking); None when it ended another way."""
+
     reason: FinishReason
     usage: Usage
     timings: Timings
     detail: str | None = None  # why, when the reason alone does not say (e.g. "generation deadline")
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)

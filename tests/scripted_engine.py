@@ -108,7 +108,11 @@ class ScriptedEngine:
             elif row.emitted >= row.job.max_tokens:
                 finish = "length"
             text = scan.text + (row.stops.flush() if finish == "length" else "")
-            updates.append(JobUpdate(job_id, text=text, new_tokens=1 if piece else 0, finish=finish))
+            updates.append(
+                JobUpdate(
+                    job_id, text=text, new_tokens=1 if piece else 0, finish=finish, stop_string=scan.matched
+                )
+            )
             if finish:
                 del self._rows[job_id]
         return updates

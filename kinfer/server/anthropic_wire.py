@@ -285,7 +285,7 @@ def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
     tools = to_tools(wire.tools)
     extra: dict[str, Any] = {}
     if isinstance(wire, MessagesBody):
-        extra = {"sampling": wire.sampling(), "max_tokens": wire.max_tokens}
+        extra = {"sampling": wire.sampling(), "max_tokens": wire.max_tokens, "stop": wire.stops()}
     return ChatRequest(
         model=wire.model,
         messages=to_messages(system_text(wire.system), wire.messages),

@@ -177,6 +177,17 @@ async def test_every_request_is_checked_before_a_model_loads(chat_request: ChatR
     await scheduler.close()
 
 
+async def test_the_stop_string_that_ended_a_reply_reaches_done():
+    scheduler, _ = make_scheduler()
+    text, done = await answer(scheduler, ask("one two three", stop=("xyz", "owt")))
+    assert text == "eerht "  # the reply is the question reversed: "eerht owt eno"
+    assert (done.reason, done.stop_string) == ("stop", "owt")
+    assert done.usage.completion_tokens == len("eerht owt")  # nothing counted after the stop
+    _, plain = await answer(scheduler, ask("no stop here", stop=("xyz",)))
+    assert (plain.reason, plain.stop_string) == ("stop", None)
+    await scheduler.close()
+
+
 async def test_an_engine_fault_fails_running_rows_and_the_model_keeps_serving():
     scheduler, engines = make_scheduler(engine_options={"fail_on": "BOOM"})
     doomed = await scheduler.submit(ask("MOOB please"))
