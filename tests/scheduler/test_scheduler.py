@@ -188,6 +188,17 @@ async def test_the_stop_string_that_ended_a_reply_reaches_done():
     await scheduler.close()
 
 
+async def test_an_engine_refusing_a_job_keeps_the_errors_status():
+    scheduler, _ = make_scheduler(engine_options={"refuse_on": "REFUSE"})
+    refused = await scheduler.submit(ask("REFUSE this"))
+    with pytest.raises(InvalidRequest) as caught:  # a 400 stays a 400, not an engine failure's 500
+        await refused.collect()
+    assert caught.value.status == 400
+    text, _ = await answer(scheduler, ask("fine"))
+    assert text == "enif"
+    await scheduler.close()
+
+
 async def test_an_engine_fault_fails_running_rows_and_the_model_keeps_serving():
     scheduler, engines = make_scheduler(engine_options={"fail_on": "BOOM"})
     doomed = await scheduler.submit(ask("MOOB please"))
