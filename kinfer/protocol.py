@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from kinfer.errors import InvalidRequest
+
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "deadline", "error"]
 DeltaKind = Literal["text", "thinking"]
@@ -72,6 +74,9 @@ class ChatRequest:
     `raw_prompt`: a prompt that bypasses the chat template (/v1/completions, Ollama raw generate).
     `keep_alive`: seconds to keep the model loaded after this request; None = server default,
     0 = unload when done, negative = never unload.
+    `stop`: strings that end the reply. They are matched by the engine on everything the model
+    generates, thinking and tool-call markup included (the think splitter runs later, on the event
+    loop); the matched string and what follows it are never sent, and `Done.stop_string` names it.
     """
 
     model: str
@@ -89,6 +94,15 @@ class ChatRequest:
     ignore_eos: bool = False
     dialect: str = "openai"
     request_id: str = ""
+
+
+def validate_request(request: ChatRequest) -> None:
+    """The checks every dialect needs, run once by the scheduler (`submit`, `count_tokens`);
+    dialect-specific checks live in the dialects. Raises `InvalidRequest`."""
+    if request.raw_prompt is None and not request.messages:
+        raise InvalidRequest("messages must not be empty")
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise InvalidRequest("max_tokens must be at least 1")
 
 
 # ---- events -------------------------------------------------------------------------------
@@ -134,10 +148,14 @@ class Timings:
 
 @dataclass(frozen=True)
 class Done:
+    """The reply ended. `stop_string`: which of `ChatRequest.stop` ended it (matched by the engine on
+    the raw generated text, so possibly inside thinking); None when it ended another way."""
+
     reason: FinishReason
     usage: Usage
     timings: Timings
     detail: str | None = None  # why, when the reason alone does not say (e.g. "generation deadline")
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)

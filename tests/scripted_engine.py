@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.stop_strings import StopStringMatcher
+from kinfer.errors import InvalidRequest
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -29,7 +30,12 @@ class _Row:
 
 
 class ScriptedEngine:
-    """`reply(prompt_text) -> str` decides what each request "generates"."""
+    """`reply(prompt_text) -> str` decides what each request "generates".
+
+    `fail_on`: a step raises (an engine fault) while a row whose reply holds this text decodes.
+    `refuse_on`: `submit` refuses a prompt holding this text with `InvalidRequest`, as a real engine
+    refuses a job it cannot run.
+    """
 
     def __init__(
         self,
@@ -39,6 +45,7 @@ class ScriptedEngine:
         ctx: int = 4096,
         template: str | None = CHATML,
         fail_on: str | None = None,
+        refuse_on: str | None = None,
         name: str = "scripted",
         step_delay: float = 0.002,
     ) -> None:
@@ -56,6 +63,7 @@ class ScriptedEngine:
         self._rows: dict[str, _Row] = {}
         self._cancelled: list[str] = []
         self._fail_on = fail_on
+        self._refuse_on = refuse_on
         self._step_delay = step_delay  # a real forward pass takes time; so does this one
         self.steps = 0
         self.closed = False
@@ -78,7 +86,10 @@ class ScriptedEngine:
     def submit(self, job: GenerationJob) -> None:
         if self.free_rows <= 0:
             raise RuntimeError("no free row")
-        script = self._reply(self.detokenize(list(job.prompt)))
+        prompt = self.detokenize(list(job.prompt))
+        if self._refuse_on is not None and self._refuse_on in prompt:
+            raise InvalidRequest("the scripted engine refuses this prompt")
+        script = self._reply(prompt)
         self._rows[job.job_id] = _Row(job, script, stops=StopStringMatcher(job.stop))
         self.max_busy = max(self.max_busy, len(self._rows))
 
@@ -108,7 +119,11 @@ class ScriptedEngine:
             elif row.emitted >= row.job.max_tokens:
                 finish = "length"
             text = scan.text + (row.stops.flush() if finish == "length" else "")
-            updates.append(JobUpdate(job_id, text=text, new_tokens=1 if piece else 0, finish=finish))
+            updates.append(
+                JobUpdate(
+                    job_id, text=text, new_tokens=1 if piece else 0, finish=finish, stop_string=scan.matched
+                )
+            )
             if finish:
                 del self._rows[job_id]
         return updates

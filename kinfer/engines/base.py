@@ -55,7 +55,9 @@ class JobUpdate:
     new_tokens: int = 0  # tokens sampled in this step
     prompt_processed: int = 0  # prompt tokens in the row so far, reused ones included
     reused_tokens: int = 0  # prompt tokens adopted from the prefix pool (no recompute)
-    finish: FinishReason | None = None  # "stop" | "length" | "cancelled" once the row is freed
+    # set once the row is freed: "stop", "length", "cancelled", or "error" (a failed forward pass)
+    finish: FinishReason | None = None
+    stop_string: str | None = None  # the stop string that ended the row (finish == "stop"), if one did
 
 
 @dataclass(frozen=True)

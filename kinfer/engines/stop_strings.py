@@ -5,18 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True)
 class StopScan:
-    """What `StopStringMatcher.feed` found: text safe to release now, and whether a stop matched."""
+    """What `StopStringMatcher.feed` found: text safe to release now, and the stop string that matched."""
 
     text: str
-    stopped: bool
+    matched: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
 
 class StopStringMatcher:
     """Holds back the tail of the reply that could still grow into a stop string.
 
-    The matched stop string itself is never released, nor anything after it.
+    Engines run one per row over the raw generated text, before anything splits thinking from the
+    answer, so a stop string ends the reply wherever it appears, inside a think block too. The matched
+    stop string itself is never released, nor anything after it. When several match, the one that
+    starts first wins (the longest, if they start together).
     """
 
     def __init__(self, stops: tuple[str, ...] | list[str]) -> None:
@@ -26,15 +33,16 @@ class StopStringMatcher:
 
     def feed(self, text: str) -> StopScan:
         if not self._stops:
-            return StopScan(text, False)
+            return StopScan(text)
         buffer = self._pending + text
-        first = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
-        if first >= 0:
+        found = [(at, -len(stop), stop) for stop in self._stops if (at := buffer.find(stop)) >= 0]
+        if found:
+            at, _, stop = min(found)
             self._pending = ""
-            return StopScan(buffer[:first], True)
+            return StopScan(buffer[:at], stop)
         hold = self._held_suffix_length(buffer)
         self._pending = buffer[len(buffer) - hold :]
-        return StopScan(buffer[: len(buffer) - hold], False)
+        return StopScan(buffer[: len(buffer) - hold])
 
     def flush(self) -> str:
         """The held-back tail, released when the reply ends for another reason."""

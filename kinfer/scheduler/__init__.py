@@ -1,6 +1,6 @@
 """Queue, admission, deadlines, cancellation and per-request streams; one engine thread per model."""
 
-from kinfer.scheduler.scheduler import LoadedModel, Scheduler, SchedulerSnapshot, validate_request
+from kinfer.scheduler.scheduler import LoadedModel, Scheduler, SchedulerSnapshot
 from kinfer.scheduler.stream import RequestSnapshot, RequestStream
 
 __all__ = [
@@ -9,5 +9,4 @@ __all__ = [
     "RequestStream",
     "Scheduler",
     "SchedulerSnapshot",
-    "validate_request",
 ]

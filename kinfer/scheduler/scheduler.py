@@ -17,8 +17,8 @@ from typing import Protocol
 
 from kinfer.config import Settings
 from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
-from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError, ModelNotFound
-from kinfer.protocol import ChatRequest
+from kinfer.errors import Busy, EngineFailure, KinferError
+from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.jobs import Admission, Cancel, Measure, PreparedJob
 from kinfer.scheduler.stream import RequestSnapshot, RequestStream
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
@@ -127,7 +127,10 @@ class Scheduler:
     # ---- requests ------------------------------------------------------------------------
 
     async def submit(self, request: ChatRequest) -> RequestStream:
-        """Queue a request; returns once its prompt is rendered and fits, so refusals come before headers."""
+        """Queue a request; returns once its prompt is rendered and fits, so refusals come before headers.
+
+        Every dialect's request is checked here (`validate_request`), so no path skips the checks."""
+        validate_request(request)
         model = self._resolve(request.model or None)
         if self.queue_depth() >= self.settings.max_queue:
             self.outcomes["rejected"] += 1
@@ -161,6 +164,7 @@ class Scheduler:
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """Prompt tokens `request` would take, rendered with the model's template (loads the model)."""
+        validate_request(request)
         loaded = await self.ensure_loaded(self._resolve(request.model or None), keep_alive=request.keep_alive)
         reply: Future[PreparedJob] = Future()
         loaded.worker.send(Measure(request=request, reply=reply))
@@ -349,9 +353,6 @@ class Scheduler:
         """Requests that do not hold a row yet."""
         return sum(1 for s in self._streams.values() if s.state == "queued")
 
-    def rows_busy(self) -> int:
-        return sum(m.worker.stats.rows_busy for m in self._models.values())
-
     def retry_after(self) -> float:
         """Seconds until a queued request is likely to get a row, from the recent completion rate."""
         now = time.monotonic()
@@ -391,14 +392,3 @@ class Scheduler:
             generated_tokens_total=self.generated_tokens_total,
             reused_tokens_total=self.reused_tokens_total,
         )
-
-
-def validate_request(request: ChatRequest) -> None:
-    """Checks every dialect needs; dialect-specific ones live in the dialects."""
-    if request.raw_prompt is None and not request.messages:
-        raise InvalidRequest("messages must not be empty")
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise InvalidRequest("max_tokens must be at least 1")
-
-
-__all__ = ["LoadedModel", "ModelNotFound", "Scheduler", "SchedulerSnapshot", "validate_request"]

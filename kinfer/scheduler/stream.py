@@ -103,7 +103,7 @@ class RequestStream:
             for event in self._pipeline.feed(update.text):
                 self._events.put_nowait(event)
         if update.finish is not None:
-            self._finish(update.finish, now)
+            self._finish(update.finish, now, update.stop_string)
         self._moved.set()
 
     def on_error(self, error: Exception) -> None:
@@ -123,7 +123,7 @@ class RequestStream:
         """Seconds since the request took a row."""
         return now - self._prefill_started if self._prefill_started is not None else 0.0
 
-    def _finish(self, reason: FinishReason, now: float) -> None:
+    def _finish(self, reason: FinishReason, now: float, stop_string: str | None = None) -> None:
         if self.finish is not None:
             return
         detail = None
@@ -138,7 +138,13 @@ class RequestStream:
         self.finished_at = now
         self.state = "done"
         self._events.put_nowait(
-            Done(reason=reason, usage=self.usage(), timings=self.timings(now), detail=detail)
+            Done(
+                reason=reason,
+                usage=self.usage(),
+                timings=self.timings(now),
+                detail=detail,
+                stop_string=stop_string,
+            )
         )
 
     # ---- read by dialects ---------------------------------------------------------------

@@ -184,8 +184,9 @@ class EngineWorker:
             item = self._waiting.popleft()
             try:
                 engine.submit(item.prepared.job)
-            except Exception as exc:
-                self._call_soon(self._callbacks.failed, item.admission.job_id, EngineFailure(str(exc)))
+            except Exception as exc:  # a KinferError keeps its status (a refused prompt stays a 400)
+                error = exc if isinstance(exc, KinferError) else EngineFailure(str(exc))
+                self._call_soon(self._callbacks.failed, item.admission.job_id, error)
                 continue
             self._active.add(item.prepared.job.job_id)
             admitted.append(item.prepared.job.job_id)

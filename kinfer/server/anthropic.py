@@ -3,10 +3,9 @@
 Wire schemas and their translation live in `anthropic_wire`. Streaming and non-streaming replies are
 built by the same `MessageAssembler`, so both always agree on the blocks.
 
-Stop sequences are matched here rather than in the engine: the engine drops the matched text and
-cannot say which sequence it was, while Anthropic reports `stop_reason: "stop_sequence"` with the
-sequence. So the answer text is scanned as it streams, and on a match the row is cancelled and the
-text before the match is all that goes out (a token or two may still be counted in `output_tokens`).
+`stop_sequences` become the request's stop strings like every dialect's: the engine matches them and
+`Done.stop_string` says which one ended the reply, reported as `stop_reason: "stop_sequence"` with
+`stop_sequence` set to it.
 
 Usage follows Anthropic's meaning: `input_tokens` are the prompt tokens computed afresh,
 `cache_read_input_tokens` those adopted from the prefix pool; their sum is the whole prompt.
@@ -24,7 +23,6 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
-from kinfer.engines.stop_strings import StopStringMatcher
 from kinfer.errors import Busy, EngineFailure, KinferError
 from kinfer.protocol import Delta, Done, ErrorEvent, Event, ToolCallEvent
 from kinfer.scheduler import RequestStream
@@ -77,60 +75,21 @@ def signature_of(thinking: str) -> str:
     return "kinfer-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
 
 
-class StopSequenceScanner:
-    """Finds the first stop sequence in streamed text, holding back what could still start one."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self._stops = stops
-        self._matcher = StopStringMatcher(stops)
-        self._held = ""
-        self.matched: str | None = None
-
-    def feed(self, text: str) -> str:
-        """The text that is safe to release now; sets `matched` when a stop sequence completed."""
-        if not self._stops or self.matched is not None:
-            return "" if self.matched is not None else text
-        buffer = self._held + text
-        scan = self._matcher.feed(text)
-        if scan.stopped:
-            found = [(buffer.find(s), -len(s), s) for s in self._stops if s in buffer]
-            self.matched = min(found)[2]
-            self._held = ""
-        else:
-            self._held = buffer[len(scan.text) :]
-        return scan.text
-
-    def flush(self) -> str:
-        self._held = ""
-        return self._matcher.flush() if self.matched is None else ""
-
-
 class MessageAssembler:
     """Events in order -> Anthropic stream events, and the final content blocks.
 
     Consecutive deltas of one kind share a block; each tool call is a block of its own.
     """
 
-    def __init__(self, stops: tuple[str, ...] = ()) -> None:
+    def __init__(self) -> None:
         self.content: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
-        self._scanner = StopSequenceScanner(stops)
-
-    @property
-    def matched_stop(self) -> str | None:
-        return self._scanner.matched
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         """Stream events (each a dict with its `type`) for one engine event."""
         if isinstance(event, Delta):
-            if event.kind == "thinking":
-                if self.matched_stop is not None:
-                    return []
-                return self._append("thinking", event.text)
-            return self._append("text", self._scanner.feed(event.text))
+            return self._append("thinking" if event.kind == "thinking" else "text", event.text)
         if isinstance(event, ToolCallEvent):
-            if self.matched_stop is not None:
-                return []  # the reply ended at the stop sequence; anything after it is dropped
             out = self._close()
             block = {
                 "type": "tool_use",
@@ -156,14 +115,8 @@ class MessageAssembler:
         return []
 
     def finish(self) -> list[dict[str, Any]]:
-        """Release held-back text and close the open block."""
-        out = self._append("text", self._scanner.flush())
-        return out + self._close()
-
-    def stop_reason(self, done: Done) -> str:
-        if self.matched_stop is not None:
-            return "stop_sequence"
-        return STOP_REASON[done.reason]
+        """Close the open block."""
+        return self._close()
 
     def _append(self, kind: str, text: str) -> list[dict[str, Any]]:
         if not text:
@@ -277,6 +230,10 @@ def error_response(error: KinferError) -> Response:
     return response
 
 
+def stop_reason(done: Done) -> str:
+    return "stop_sequence" if done.stop_string is not None else STOP_REASON[done.reason]
+
+
 def message_json(message_id: str, model: str, content: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "id": message_id,
@@ -293,11 +250,8 @@ def event_sse(data: dict[str, Any]) -> str:
     return sse(data, event=data["type"])
 
 
-async def message_stream(
-    stream: RequestStream, message_id: str, model: str, stops: tuple[str, ...]
-) -> AsyncIterator[str]:
-    assembler = MessageAssembler(stops)
-    cancelled = False
+async def message_stream(stream: RequestStream, message_id: str, model: str) -> AsyncIterator[str]:
+    assembler = MessageAssembler()
     start = message_json(message_id, model, [])
     start["usage"] = usage_json(stream.prompt_tokens, stream.reused, 0)
     yield event_sse({"type": "message_start", "message": start})
@@ -318,8 +272,8 @@ async def message_stream(
                 {
                     "type": "message_delta",
                     "delta": {
-                        "stop_reason": assembler.stop_reason(event),
-                        "stop_sequence": assembler.matched_stop,
+                        "stop_reason": stop_reason(event),
+                        "stop_sequence": event.stop_string,
                     },
                     "usage": usage,
                 }
@@ -328,31 +282,22 @@ async def message_stream(
         else:
             for data in assembler.feed(event):
                 yield event_sse(data)
-            if assembler.matched_stop is not None and not cancelled:
-                cancelled = True
-                stream.cancel()  # the rest of the reply would be dropped anyway
 
 
-async def message_body(
-    stream: RequestStream, message_id: str, model: str, stops: tuple[str, ...]
-) -> dict[str, Any]:
-    assembler = MessageAssembler(stops)
-    cancelled = False
+async def message_body(stream: RequestStream, message_id: str, model: str) -> dict[str, Any]:
+    assembler = MessageAssembler()
     async for event in stream.events():
         if isinstance(event, ErrorEvent):
             raise event.error
         if isinstance(event, Done):
             assembler.finish()
             body = message_json(message_id, model, assembler.content)
-            body["stop_reason"] = assembler.stop_reason(event)
-            body["stop_sequence"] = assembler.matched_stop
+            body["stop_reason"] = stop_reason(event)
+            body["stop_sequence"] = event.stop_string
             usage = event.usage
             body["usage"] = usage_json(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
             return body
         assembler.feed(event)
-        if assembler.matched_stop is not None and not cancelled:
-            cancelled = True
-            stream.cancel()
     raise EngineFailure("the reply ended without finishing")  # pragma: no cover
 
 
@@ -369,15 +314,14 @@ async def create_message() -> Response:
     wire = await read_body(MessagesBody)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     request = to_request(wire, message_id)
-    stops = wire.stops()
     stream = await runtime().scheduler.submit(request)
     model = wire.model or stream.model
     if wire.stream:
-        body = message_stream(stream, message_id, model, stops)
+        body = message_stream(stream, message_id, model)
         await stream.wait_for_row()  # a queue timeout is still a 529, not an in-stream error
         return with_request_id(streaming_response(stream, body, "text/event-stream"), message_id)
     try:
-        reply = await message_body(stream, message_id, model, stops)
+        reply = await message_body(stream, message_id, model)
     finally:
         stream.cancel()
     return with_request_id(jsonify(reply), message_id)

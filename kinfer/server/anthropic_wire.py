@@ -16,7 +16,6 @@ from pydantic import Field
 from kinfer.chat.volatile import strip_volatile_headers
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ThinkLevel, ToolCall, ToolSpec
-from kinfer.scheduler import validate_request
 from kinfer.server.wire import WireModel
 
 log = logging.getLogger(__name__)
@@ -286,8 +285,8 @@ def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
     tools = to_tools(wire.tools)
     extra: dict[str, Any] = {}
     if isinstance(wire, MessagesBody):
-        extra = {"sampling": wire.sampling(), "max_tokens": wire.max_tokens}
-    request = ChatRequest(
+        extra = {"sampling": wire.sampling(), "max_tokens": wire.max_tokens, "stop": wire.stops()}
+    return ChatRequest(
         model=wire.model,
         messages=to_messages(system_text(wire.system), wire.messages),
         tools=() if choice == "none" else tools,
@@ -298,5 +297,3 @@ def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
         request_id=request_id,
         **extra,
     )
-    validate_request(request)
-    return request

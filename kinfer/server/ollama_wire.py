@@ -11,7 +11,6 @@ from kinfer.chat.go_template import render_go_template
 from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
-from kinfer.scheduler import validate_request
 from kinfer.server.wire import FunctionDef, WireModel
 
 # ---- wire schemas ---------------------------------------------------------------------------
@@ -177,8 +176,6 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
 
 
 def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
-    if not body.messages:
-        raise InvalidRequest("messages must not be empty")
     check_format(body.format, None)
     messages = []
     for m in body.messages:
@@ -204,9 +201,7 @@ def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
     tools = tuple(
         ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or ()
     )
-    request = ChatRequest(messages=tuple(messages), tools=tools, **common_fields(body, request_id))
-    validate_request(request)
-    return request
+    return ChatRequest(messages=tuple(messages), tools=tools, **common_fields(body, request_id))
 
 
 def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:

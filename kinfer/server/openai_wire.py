@@ -11,7 +11,6 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
-from kinfer.scheduler import validate_request
 from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
 
 log = logging.getLogger(__name__)
@@ -222,7 +221,7 @@ def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
     think, level = think_from(wire.reasoning_effort, wire.chat_template_kwargs)
     tools = to_tools(wire.tools)
     choice = tool_choice_name(wire.tool_choice)
-    request = ChatRequest(
+    return ChatRequest(
         model=wire.model,
         messages=to_messages(wire.messages),
         tools=() if choice == "none" else tools,
@@ -236,8 +235,6 @@ def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
         dialect="openai",
         request_id=request_id,
     )
-    validate_request(request)
-    return request
 
 
 def completion_request(wire: CompletionRequest, request_id: str) -> ChatRequest:

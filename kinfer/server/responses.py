@@ -19,7 +19,7 @@ from quart.blueprints import BlueprintSetupState
 
 from kinfer.errors import EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
-from kinfer.scheduler import RequestStream, validate_request
+from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
 from kinfer.server.responses_render import (
@@ -109,7 +109,6 @@ def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tupl
         dialect="responses",
         request_id=response_id,
     )
-    validate_request(request)
     return request, conversation
 
 

@@ -19,6 +19,7 @@ class JobResult:
     text: str = ""
     new_tokens: int = 0
     finish: str | None = None
+    stop_string: str | None = None  # which stop string ended the reply, as the engine reported it
     prompt_processed: int = 0
     reused_tokens: int = 0
     updates: list[JobUpdate] = field(default_factory=list)
@@ -37,7 +38,8 @@ def run_jobs(
     max_steps: int = 10_000,
 ) -> dict[str, JobResult]:
     """Run the jobs to completion. Checks the protocol on the way: one final update per job, nothing
-    after it. Updates report totals; one without them (a cancel's) keeps the totals already seen."""
+    after it, a stop string named only by a final "stop". Updates report totals; one without them (a
+    cancel's) keeps the totals already seen."""
     queue = list(jobs)
     results: dict[str, JobResult] = {j.job_id: JobResult() for j in jobs}
     steps = 0
@@ -47,12 +49,14 @@ def run_jobs(
         for update in engine.step():
             result = results.setdefault(update.job_id, JobResult())
             assert result.finish is None, f"{update.job_id} got an update after finishing"
+            assert update.stop_string is None or update.finish == "stop", update
             result.updates.append(update)
             result.text += update.text
             result.new_tokens += update.new_tokens
             result.prompt_processed = max(result.prompt_processed, update.prompt_processed)
             result.reused_tokens = update.reused_tokens or result.reused_tokens
             result.finish = update.finish
+            result.stop_string = update.stop_string
         steps += 1
         if on_step is not None:
             on_step(steps, results)

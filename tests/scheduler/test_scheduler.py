@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kinfer.config import Settings
-from kinfer.errors import Busy, EngineFailure, ModelNotFound, PromptTooLong
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, ModelNotFound, PromptTooLong
 from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Message
 from kinfer.scheduler import Scheduler
 from tests.scripted_engine import ScriptedEngine
@@ -152,6 +152,50 @@ async def test_an_unknown_model_is_not_found():
     scheduler, _ = make_scheduler()
     with pytest.raises(ModelNotFound):
         await scheduler.submit(ask("hi", model="gamma"))
+    await scheduler.close()
+
+
+@pytest.mark.parametrize(
+    ("chat_request", "message"),
+    [
+        # what /v1/completions sends (a raw prompt, no messages): it used to reach the engine unchecked
+        (
+            ChatRequest(model="alpha", raw_prompt="Once upon a time", max_tokens=0),
+            "max_tokens must be at least 1",
+        ),
+        (ChatRequest(model="alpha", max_tokens=0), "messages must not be empty"),
+        (ask("hi", max_tokens=-3), "max_tokens must be at least 1"),
+    ],
+)
+async def test_every_request_is_checked_before_a_model_loads(chat_request: ChatRequest, message: str):
+    scheduler, engines = make_scheduler()
+    with pytest.raises(InvalidRequest, match=message):
+        await scheduler.submit(chat_request)
+    with pytest.raises(InvalidRequest, match=message):
+        await scheduler.count_tokens(chat_request)
+    assert engines == [] and scheduler.loaded_models() == []
+    await scheduler.close()
+
+
+async def test_the_stop_string_that_ended_a_reply_reaches_done():
+    scheduler, _ = make_scheduler()
+    text, done = await answer(scheduler, ask("one two three", stop=("xyz", "owt")))
+    assert text == "eerht "  # the reply is the question reversed: "eerht owt eno"
+    assert (done.reason, done.stop_string) == ("stop", "owt")
+    assert done.usage.completion_tokens == len("eerht owt")  # nothing counted after the stop
+    _, plain = await answer(scheduler, ask("no stop here", stop=("xyz",)))
+    assert (plain.reason, plain.stop_string) == ("stop", None)
+    await scheduler.close()
+
+
+async def test_an_engine_refusing_a_job_keeps_the_errors_status():
+    scheduler, _ = make_scheduler(engine_options={"refuse_on": "REFUSE"})
+    refused = await scheduler.submit(ask("REFUSE this"))
+    with pytest.raises(InvalidRequest) as caught:  # a 400 stays a 400, not an engine failure's 500
+        await refused.collect()
+    assert caught.value.status == 400
+    text, _ = await answer(scheduler, ask("fine"))
+    assert text == "enif"
     await scheduler.close()
 
 

@@ -87,6 +87,21 @@ def test_a_stop_sequence_ends_the_reply_and_is_reported(scripted):
     assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "STOP")
     assert streamed == "Counting: one two "
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "STOP")
+    # the engine stopped at the sequence: exactly the tokens generated up to it, nothing after
+    generated = len("Counting: one two STOP")  # a token a character
+    assert reply.usage.output_tokens == final.usage.output_tokens == generated
+
+
+def test_a_stop_sequence_inside_thinking_ends_the_reply_there(scripted):
+    # stop strings are matched on the raw generated text, before thinking is split from the answer
+    script = "<think>\nFirst a plan. STOP means nothing here.\n</think>\n\nHello STOP there."
+    with scripted(lambda prompt: script, QWEN3) as s:
+        reply = client(s.url).messages.create(
+            model="smollm2", max_tokens=100, messages=HELLO, stop_sequences=["STOP"]
+        )
+    assert [(b.type, getattr(b, "thinking", None)) for b in reply.content] == [("thinking", "First a plan.")]
+    assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", "STOP")
+    assert reply.usage.output_tokens == len("<think>\nFirst a plan. STOP")
 
 
 def test_stop_sequences_that_never_appear_leave_end_turn(scripted):

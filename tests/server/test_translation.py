@@ -6,7 +6,7 @@ import pytest
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import Message, ToolCall, ToolSpec
-from kinfer.server.anthropic import MessageAssembler, StopSequenceScanner
+from kinfer.server.anthropic import MessageAssembler
 from kinfer.server.anthropic_wire import MessagesBody
 from kinfer.server.anthropic_wire import to_request as anthropic_request
 from kinfer.server.responses_wire import ResponsesBody
@@ -121,11 +121,9 @@ def test_structured_output_is_refused_rather_than_ignored():
         anthropic_request(body, "m")
 
 
-def test_the_stop_scanner_finds_a_sequence_split_across_pieces():
-    scanner = StopSequenceScanner(("STOP", "END"))
-    released = [scanner.feed(piece) for piece in ("one S", "T", "OP two", " three")]
-    assert "".join(released) == "one "
-    assert scanner.matched == "STOP"
+def test_stop_sequences_become_the_requests_stop_strings():
+    body = anthropic(messages=[{"role": "user", "content": "hi"}], stop_sequences=["END", "", "STOP"])
+    assert anthropic_request(body, "m").stop == ("END", "STOP")
 
 
 def test_the_assembler_groups_deltas_into_blocks_and_signs_thinking():

@@ -322,8 +322,8 @@ class LlamaEngine:
         if self._vocab.is_eog(token) and not row.job.ignore_eos:
             return self._finish(row, "stop", new_tokens=1, flush=True)
         scan = row.matcher.feed(row.decoder.feed(self._vocab.piece(token)))
-        if scan.stopped:
-            return self._finish(row, "stop", text=scan.text, new_tokens=1)
+        if scan.matched is not None:
+            return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched)
         if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
             # no more tokens asked for, or no cell left to feed this one back in: the row is full
             return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
@@ -340,13 +340,22 @@ class LlamaEngine:
         )
 
     def _finish(
-        self, row: _Row, reason: FinishReason, *, text: str = "", new_tokens: int = 0, flush: bool = False
+        self,
+        row: _Row,
+        reason: FinishReason,
+        *,
+        text: str = "",
+        new_tokens: int = 0,
+        flush: bool = False,
+        stop_string: str | None = None,
     ) -> JobUpdate:
         """Free the row (keeping a copy in the pool) and build its final update."""
         if flush:
             # the reply ended for another reason than a stop string: release the held-back tail
             tail = row.matcher.feed(row.decoder.flush())
             text += tail.text if tail.stopped else tail.text + row.matcher.flush()
+            if tail.matched is not None:  # the last undecoded bytes completed a stop string after all
+                reason, stop_string = "stop", tail.matched
         if self._pool is not None and reason != "error":
             self._pool.save(row.seq, row.tokens)
         native.seq_clear(self._mem, row.seq)
@@ -360,6 +369,7 @@ class LlamaEngine:
             prompt_processed=row.prompt_processed,
             reused_tokens=row.reused,
             finish=reason,
+            stop_string=stop_string,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------

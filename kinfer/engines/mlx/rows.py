@@ -89,20 +89,23 @@ class Row:
         self.generated += 1
         self.tokens.append(token)
         if token in eos and not self.job.ignore_eos:
-            return self._update(self._drain(), "stop")
+            return self._drain("", "stop")
         scan = self.matcher.feed(self.decoder.feed(self.piece(token)))
-        if scan.stopped:
-            return self._update(scan.text, "stop")
+        if scan.matched is not None:
+            return self._update(scan.text, "stop", scan.matched)
         if not self.can_feed and self.sampled == self.generated:
-            return self._update(scan.text + self._drain(), "length")  # max_tokens, or the row is full
+            return self._drain(scan.text, "length")  # max_tokens, or the row is full
         return self._update(scan.text, None)
 
-    def _drain(self) -> str:
-        """Everything held back, released because the reply ends for another reason."""
+    def _drain(self, text: str, finish: FinishReason) -> JobUpdate:
+        """The final update of a reply that ends for another reason than a stop string: everything held
+        back is released (unless the last undecoded bytes complete a stop string after all)."""
         tail = self.matcher.feed(self.decoder.flush())
-        return tail.text + ("" if tail.stopped else self.matcher.flush())
+        if tail.matched is not None:
+            return self._update(text + tail.text, "stop", tail.matched)
+        return self._update(text + tail.text + self.matcher.flush(), finish)
 
-    def _update(self, text: str, finish: FinishReason | None) -> JobUpdate:
+    def _update(self, text: str, finish: FinishReason | None, stop_string: str | None = None) -> JobUpdate:
         return JobUpdate(
             self.job.job_id,
             text=text,
@@ -110,6 +113,7 @@ class Row:
             prompt_processed=self.prompt_len,
             reused_tokens=self.reused,
             finish=finish,
+            stop_string=stop_string,
         )
 
 

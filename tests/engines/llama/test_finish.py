@@ -20,17 +20,19 @@ def engine(make_engine):
 def test_the_end_of_generation_token_stops_the_row_and_is_not_in_the_text(engine):
     result = run_alone(engine, job("eos", chat_prompt(engine, FRANCE), max_tokens=64))
 
-    assert result.finish == "stop"
+    assert (result.finish, result.stop_string) == ("stop", None)
     assert result.text == "The capital of France is Paris."
     assert "<|im_end|>" not in result.text
     assert result.new_tokens < 64  # the reply's tokens and the end-of-generation token
 
 
-def test_a_stop_string_ends_the_row_and_is_not_returned(engine):
-    result = run_alone(engine, job("stop", chat_prompt(engine, FRANCE), stop=("Paris",), max_tokens=64))
+def test_a_stop_string_ends_the_row_is_not_returned_and_is_named(engine):
+    prompt = chat_prompt(engine, FRANCE)
+    result = run_alone(engine, job("stop", prompt, stop=("Berlin", "Paris", "Rome"), max_tokens=64))
 
-    assert result.finish == "stop"
+    assert (result.finish, result.stop_string) == ("stop", "Paris")
     assert result.text == "The capital of France is "
+    assert result.new_tokens == len(engine.tokenize("The capital of France is Paris"))
 
 
 def test_a_stop_string_spanning_tokens_is_held_back_until_it_matches(engine):
@@ -38,7 +40,7 @@ def test_a_stop_string_spanning_tokens_is_held_back_until_it_matches(engine):
     assert len(engine.tokenize(" of France")) > 1
     result = run_alone(engine, job("span", prompt, stop=("l of Fr",), max_tokens=64))
 
-    assert (result.finish, result.text) == ("stop", "The capita")
+    assert (result.finish, result.text, result.stop_string) == ("stop", "The capita", "l of Fr")
     # "The capita" streamed out before the stop matched; only the "l" that could start it was held
     assert "".join(u.text for u in result.updates[:-1]) == "The capita"
     assert result.updates[-1].text == ""
@@ -48,6 +50,7 @@ def test_a_stop_string_that_never_matches_releases_the_held_text_at_the_end(engi
     result = run_alone(engine, job("tail", chat_prompt(engine, FRANCE), stop=("Paris!",), max_tokens=64))
 
     assert (result.finish, result.text) == ("stop", "The capital of France is Paris.")
+    assert result.stop_string is None  # ended by the end-of-generation token
 
 
 def test_max_tokens_ends_the_row_with_length(engine):

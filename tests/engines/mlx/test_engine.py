@@ -138,9 +138,9 @@ def test_stop_string_ends_the_reply_before_it(tiny_llama, make_mlx):
     )
     stop = full[at : at + 3]
 
-    stopped = run_alone(engine, job("stopped", prompt, max_tokens=20, stop=(stop, "never-there")))
+    stopped = run_alone(engine, job("stopped", prompt, max_tokens=20, stop=("never-there", stop)))
 
-    assert stopped.finish == "stop"
+    assert (stopped.finish, stopped.stop_string) == ("stop", stop)
     assert stopped.text == full[:at]
 
 
