@@ -300,11 +300,6 @@ async def show() -> Response:
     body = await read_body(NameBody)
     model = runtime().store.resolve(body.target())
     d = describe(model)
-    capabilities = ["completion"]
-    if d.tool_format and d.tool_format != "none":
-        capabilities.append("tools")
-    if d.thinking:
-        capabilities.append("thinking")
     arch = d.architecture or "unknown"
     return jsonify(
         {
@@ -317,8 +312,10 @@ async def show() -> Response:
                 "general.architecture": arch,
                 "general.parameter_count": d.parameters or 0,
                 f"{arch}.context_length": d.context_length or 0,
+                # hermes | qwen3_5_xml | default (kinfer's own tool prompt) | none
+                "kinfer.tool_format": d.tool_format,
             },
-            "capabilities": capabilities,
+            "capabilities": list(d.capabilities),
             "modified_at": iso(model.modified),
         }
     )
