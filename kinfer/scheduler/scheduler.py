@@ -144,7 +144,8 @@ class Scheduler:
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._streams:
             job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
-        stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel)
+        # the request's clock starts before the load, so total time includes it (Ollama's total_duration)
+        stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel, arrived=load_started)
         stream.load_seconds = load_seconds
         self._streams[job_id] = stream
         self._stream_model[job_id] = loaded.name
@@ -183,11 +184,11 @@ class Scheduler:
         if stream is not None:
             stream.on_ready(prepared)
 
-    def _on_admitted(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
+    def _on_admitted(self, admitted: list[tuple[str, int]]) -> None:
+        for job_id, reused in admitted:
             stream = self._streams.get(job_id)
             if stream is not None:
-                stream.on_admitted()
+                stream.on_admitted(reused)
 
     def _on_updates(self, updates: list[JobUpdate]) -> None:
         for update in updates:

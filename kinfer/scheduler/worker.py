@@ -35,7 +35,7 @@ class WorkerCallbacks:
     """How the engine thread reports back; each callable is invoked on the event loop."""
 
     ready: Callable[[str, PreparedJob], None]
-    admitted: Callable[[list[str]], None]  # these jobs just took a row
+    admitted: Callable[[list[tuple[str, int]]], None]  # (job, prompt tokens adopted) just took a row
     updates: Callable[[list[JobUpdate]], None]
     failed: Callable[[str, Exception], None]
 
@@ -183,13 +183,13 @@ class EngineWorker:
         while self._waiting and engine.free_rows > 0:
             item = self._waiting.popleft()
             try:
-                engine.submit(item.prepared.job)
+                reused = engine.submit(item.prepared.job)
             except Exception as exc:  # a KinferError keeps its status (a refused prompt stays a 400)
                 error = exc if isinstance(exc, KinferError) else EngineFailure(str(exc))
                 self._call_soon(self._callbacks.failed, item.admission.job_id, error)
                 continue
             self._active.add(item.prepared.job.job_id)
-            admitted.append(item.prepared.job.job_id)
+            admitted.append((item.prepared.job.job_id, reused or 0))
         self.waiting_count = len(self._waiting)
         if admitted:
             self._call_soon(self._callbacks.admitted, admitted)

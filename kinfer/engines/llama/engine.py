@@ -193,8 +193,9 @@ class LlamaEngine:
     def has_work(self) -> bool:
         return bool(self._rows or self._finished)
 
-    def submit(self, job: GenerationJob) -> None:
-        """Give the job a row, adopting the longest saved prefix of its prompt from the pool."""
+    def submit(self, job: GenerationJob) -> int:
+        """Give the job a row, adopting the longest saved prefix of its prompt from the pool; returns
+        how many prompt tokens were adopted."""
         self._check_open()
         if job.job_id in self._rows:
             raise InvalidRequest(f"job {job.job_id} is already running")
@@ -222,6 +223,7 @@ class LlamaEngine:
             for token in job.prompt[-window:]:
                 native.sampler_accept(sampler, token)
         self._rows[job.job_id] = row
+        return row.reused
 
     def cancel(self, job_id: str) -> None:
         """Free the job's row now (prefilling or generating); the next step reports it cancelled."""
