@@ -184,6 +184,11 @@ class Scheduler:
         if stream is not None:
             stream.on_ready(prepared)
 
+    def _on_context(self, job_id: str, tokens: list[int]) -> None:
+        stream = self._streams.get(job_id)
+        if stream is not None:
+            stream.context = tuple(tokens)
+
     def _on_admitted(self, admitted: list[tuple[str, int]]) -> None:
         for job_id, reused in admitted:
             stream = self._streams.get(job_id)
@@ -246,6 +251,7 @@ class Scheduler:
             callbacks = WorkerCallbacks(
                 ready=self._on_ready,
                 admitted=self._on_admitted,
+                context=self._on_context,
                 updates=self._on_updates,
                 failed=self._on_failed,
             )

@@ -61,6 +61,7 @@ class RequestStream:
         self.finish: FinishReason | None = None
         self.finished_at: float | None = None
         self.load_seconds = 0.0
+        self.context: tuple[int, ...] | None = None  # prompt + reply token ids, when the request asked
         self._tail = ""
         self.deadline_hit = False  # set when the generation deadline cancels this reply
         self._first_token_at: float | None = None

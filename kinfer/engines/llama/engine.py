@@ -174,8 +174,11 @@ class LlamaEngine:
         return self._vocab.tokenize(text)
 
     def detokenize(self, tokens: list[int]) -> str:
-        """Text of the tokens, special tokens included."""
+        """Text of the tokens, special tokens included. An id outside the vocabulary is refused here:
+        llama.cpp would abort the process on it (ids can come from a client, as Ollama's `context`)."""
         self._check_open()
+        if tokens and not 0 <= min(tokens) <= max(tokens) < self._vocab.n_tokens:
+            raise InvalidRequest(f"token ids must be in 0..{self._vocab.n_tokens - 1}")
         return self._vocab.detokenize(list(tokens))
 
     def _check_open(self) -> None:
