@@ -110,6 +110,8 @@ class Scheduler:
         self.generated_tokens_total = 0
         self.reused_tokens_total = 0
         self.listeners: list[Callable[[RequestStream], None]] = []  # told when a request finishes
+        # told when a request is queued, in the submitting task's context (the HTTP request log)
+        self.submitted: list[Callable[[RequestStream], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -147,6 +149,8 @@ class Scheduler:
         # the request's clock starts before the load, so total time includes it (Ollama's total_duration)
         stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel, arrived=load_started)
         stream.load_seconds = load_seconds
+        for observer in self.submitted:
+            observer(stream)
         self._streams[job_id] = stream
         self._stream_model[job_id] = loaded.name
         loaded.active += 1
