@@ -77,6 +77,12 @@ class ChatRequest:
     `stop`: strings that end the reply. They are matched by the engine on everything the model
     generates, thinking and tool-call markup included (the think splitter runs later, on the event
     loop); the matched string and what follows it are never sent, and `Done.stop_string` names it.
+    `context`: token ids of an earlier exchange (Ollama's /api/generate `context`), read back as text
+    ahead of the rendered prompt.
+    `return_context`: when the reply ends, tokenize prompt and reply together (Ollama's `context`,
+    which a client sends back to continue); the stream's `context` holds the ids.
+    `strict_capabilities`: asking for thinking, or sending tools, that the model's template cannot
+    serve is refused (Ollama's 400 `"<model>" does not support thinking`) rather than ignored.
     """
 
     model: str
@@ -94,6 +100,9 @@ class ChatRequest:
     ignore_eos: bool = False
     dialect: str = "openai"
     request_id: str = ""
+    context: tuple[int, ...] = ()
+    return_context: bool = False
+    strict_capabilities: bool = False
 
 
 def validate_request(request: ChatRequest) -> None:

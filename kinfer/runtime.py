@@ -7,7 +7,7 @@ Quart app and `server.http.serve(runtime, sock, shutdown)` serves it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -15,6 +15,7 @@ from kinfer.config import Settings
 from kinfer.engines.loader import load_engine
 from kinfer.errors import ModelNotFound
 from kinfer.metrics import make_registry
+from kinfer.request_log import RequestLog
 from kinfer.scheduler import Scheduler
 from kinfer.store.catalog import Store
 
@@ -29,6 +30,7 @@ class Runtime:
     store: Store
     scheduler: Scheduler
     metrics_registry: CollectorRegistry | None = None
+    requests: RequestLog = field(default_factory=RequestLog)  # every finished HTTP request
 
     @classmethod
     def build(cls, settings: Settings, *, engine_factory=None) -> Runtime:

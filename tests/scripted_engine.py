@@ -83,7 +83,7 @@ class ScriptedEngine:
     def has_work(self) -> bool:
         return bool(self._rows or self._cancelled)
 
-    def submit(self, job: GenerationJob) -> None:
+    def submit(self, job: GenerationJob) -> int:
         if self.free_rows <= 0:
             raise RuntimeError("no free row")
         prompt = self.detokenize(list(job.prompt))
@@ -92,6 +92,7 @@ class ScriptedEngine:
         script = self._reply(prompt)
         self._rows[job.job_id] = _Row(job, script, stops=StopStringMatcher(job.stop))
         self.max_busy = max(self.max_busy, len(self._rows))
+        return 0  # no prefix pool
 
     def cancel(self, job_id: str) -> None:
         if self._rows.pop(job_id, None) is not None:

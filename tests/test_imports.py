@@ -166,7 +166,14 @@ def test_every_dialect_module_is_checked() -> None:
         "openai": {"openai_chat", "openai_wire"},
         "ollama": {"ollama", "ollama_wire"},
         "anthropic": {"anthropic", "anthropic_wire"},
-        "responses": {"responses", "responses_wire", "responses_render", "responses_store"},
+        "responses": {
+            "responses",
+            "responses_wire",
+            "responses_render",
+            "responses_store",
+            "responses_tools",
+            "responses_items",
+        },
     }
     for dialect in DIALECTS:  # each blueprint lives in its own dialect's module
         assert dialect_of(dialect.blueprint.import_name) == dialect.name

@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -137,6 +138,14 @@ _ENV = make_environment()
 def compile_template(source: str) -> jinja2.Template:
     """Compile a template once per distinct source; raises `jinja2.TemplateSyntaxError` on bad syntax."""
     return _ENV.from_string(source)
+
+
+def template_variables(source: str) -> frozenset[str] | None:
+    """The variables a template reads from its caller (`messages`, `tools`...); None if it cannot parse."""
+    try:
+        return frozenset(jinja2.meta.find_undeclared_variables(_ENV.parse(source)))
+    except jinja2.TemplateSyntaxError:
+        return None
 
 
 def render_template(source: str, variables: dict[str, Any], *, label: str = "chat template") -> str:

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kinfer.chat.default_tools import with_default_tool_prompt
 from kinfer.chat.jinja_env import render_template
 from kinfer.chat.traits import TemplateTraits, analyze_template
 from kinfer.errors import InvalidRequest
@@ -19,33 +20,11 @@ from kinfer.protocol import ChatRequest, Message, ToolSpec
 
 log = logging.getLogger(__name__)
 
-# ChatML, used only when the model carries no template. It teaches Hermes-style tool calls (as Qwen2.5's
-# template does) so a small model at least has a chance to call tools the parser understands.
+# ChatML, used only when the model carries no template. It never reads `tools`: kinfer's default tool
+# prompt (Hermes, see default_tools) teaches a small model to call tools the parser understands.
 CHATML_TEMPLATE = """\
-{%- if tools %}
-{{- '<|im_start|>system\\n' }}
-{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}
-{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}
-{{- 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}
-{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}
-{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments ' }}
-{{- 'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n' }}
-{{- '{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
-{%- elif messages and messages[0].role == 'system' %}
-{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
-{%- endif %}
 {%- for message in messages %}
-{%- if message.role == 'system' and loop.first %}
-{%- elif message.role == 'tool' %}
-{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}
-{%- else %}
-{{- '<|im_start|>' + message.role + '\\n' + message.content }}
-{%- for call in message.tool_calls or [] %}
-{{- '\\n<tool_call>\\n{"name": "' + call.function.name + '", "arguments": ' }}
-{{- (call.function.arguments | tojson) + '}\\n</tool_call>' }}
-{%- endfor %}
-{{- '<|im_end|>\\n' }}
-{%- endif %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
 {%- endfor %}
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
 """
@@ -87,11 +66,16 @@ def render_prompt(
 
     source = template if template is not None else CHATML_TEMPLATE
     label = f"the chat template of {name}" if name else "the chat template"
-    messages = [message_to_hf(m) for m in request.messages]
+    tools = [tool_to_hf(t) for t in request.tools]
+    conversation = request.messages
+    if traits.tool_format == "default":
+        # the template would drop the tools and the calls: kinfer writes them in the Hermes way
+        conversation, tools = with_default_tool_prompt(conversation, tools), []
+    messages = [message_to_hf(m) for m in conversation]
     variables: dict[str, Any] = {
         "bos_token": bos_token,
         "eos_token": eos_token,
-        "tools": [tool_to_hf(t) for t in request.tools] or None,
+        "tools": tools or None,
         # transformers passes documents=None too, so `documents is defined` reads the same here
         "documents": None,
     }

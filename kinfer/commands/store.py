@@ -117,6 +117,14 @@ def run_rm(args: argparse.Namespace, settings: Settings) -> int:
     return status
 
 
+TOOL_FORMAT_LABELS = {
+    "hermes": "hermes (JSON in <tool_call>)",
+    "qwen3_5_xml": "qwen3_5_xml (XML in <tool_call>)",
+    "default": "default (the template has none: kinfer adds a Hermes tool prompt)",
+    "none": "none (the template's own convention, which kinfer cannot parse)",
+}
+
+
 def _details_lines(details: dict[str, Any], model: StoredModel) -> list[str]:
     def yes(flag: bool) -> str:
         return "yes" if flag else "no"
@@ -134,7 +142,7 @@ def _details_lines(details: dict[str, Any], model: StoredModel) -> list[str]:
         ("layers", details["block_count"]),
         ("chat template", yes(details["has_chat_template"])),
         ("thinking", yes(details["thinking"])),
-        ("tool calls", details["tool_format"]),
+        ("tool calls", TOOL_FORMAT_LABELS.get(details["tool_format"], details["tool_format"])),
         ("size", format_size(details["size"])),
         ("path", str(model.path)),
     ]

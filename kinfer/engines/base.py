@@ -98,8 +98,11 @@ class Engine(Protocol):
         """True while any row is prefilling or generating."""
         ...
 
-    def submit(self, job: GenerationJob) -> None:
-        """Give the job a row; its prompt is prefilled over the next steps. Raises if no row is free."""
+    def submit(self, job: GenerationJob) -> int:
+        """Give the job a row; its prompt is prefilled over the next steps. Raises if no row is free.
+
+        Returns how many prompt tokens were adopted from the prefix pool (0 without a hit): the
+        split between cached and fresh prompt tokens is known from here on, before any step."""
         ...
 
     def cancel(self, job_id: str) -> None:

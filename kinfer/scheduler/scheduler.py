@@ -110,6 +110,8 @@ class Scheduler:
         self.generated_tokens_total = 0
         self.reused_tokens_total = 0
         self.listeners: list[Callable[[RequestStream], None]] = []  # told when a request finishes
+        # told when a request is queued, in the submitting task's context (the HTTP request log)
+        self.submitted: list[Callable[[RequestStream], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -144,8 +146,11 @@ class Scheduler:
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._streams:
             job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
-        stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel)
+        # the request's clock starts before the load, so total time includes it (Ollama's total_duration)
+        stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel, arrived=load_started)
         stream.load_seconds = load_seconds
+        for observer in self.submitted:
+            observer(stream)
         self._streams[job_id] = stream
         self._stream_model[job_id] = loaded.name
         loaded.active += 1
@@ -183,11 +188,16 @@ class Scheduler:
         if stream is not None:
             stream.on_ready(prepared)
 
-    def _on_admitted(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
+    def _on_context(self, job_id: str, tokens: list[int]) -> None:
+        stream = self._streams.get(job_id)
+        if stream is not None:
+            stream.context = tuple(tokens)
+
+    def _on_admitted(self, admitted: list[tuple[str, int]]) -> None:
+        for job_id, reused in admitted:
             stream = self._streams.get(job_id)
             if stream is not None:
-                stream.on_admitted()
+                stream.on_admitted(reused)
 
     def _on_updates(self, updates: list[JobUpdate]) -> None:
         for update in updates:
@@ -245,6 +255,7 @@ class Scheduler:
             callbacks = WorkerCallbacks(
                 ready=self._on_ready,
                 admitted=self._on_admitted,
+                context=self._on_context,
                 updates=self._on_updates,
                 failed=self._on_failed,
             )

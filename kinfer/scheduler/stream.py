@@ -39,13 +39,20 @@ class RequestStream:
     """Events for one request. Iterate it; call `cancel()` when the client goes away."""
 
     def __init__(
-        self, request: ChatRequest, job_id: str, model: str, *, on_cancel: Callable[[str], None]
+        self,
+        request: ChatRequest,
+        job_id: str,
+        model: str,
+        *,
+        on_cancel: Callable[[str], None],
+        arrived: float | None = None,
     ) -> None:
+        """`arrived`: when the request reached the scheduler (monotonic), before any model load."""
         self.request = request
         self.job_id = job_id
         self.model = model
         self.state: RequestState = "queued"
-        self.created = time.monotonic()
+        self.created = time.monotonic() if arrived is None else arrived
         self.accepted: asyncio.Future[PreparedJob] = asyncio.get_running_loop().create_future()
         self.prompt_tokens = 0
         self.prompt_processed = 0
@@ -54,6 +61,7 @@ class RequestStream:
         self.finish: FinishReason | None = None
         self.finished_at: float | None = None
         self.load_seconds = 0.0
+        self.context: tuple[int, ...] | None = None  # prompt + reply token ids, when the request asked
         self._tail = ""
         self.deadline_hit = False  # set when the generation deadline cancels this reply
         self._first_token_at: float | None = None
@@ -75,8 +83,12 @@ class RequestStream:
         if not self.accepted.done():
             self.accepted.set_result(prepared)
 
-    def on_admitted(self) -> None:
-        """The job took a row: prefill starts now."""
+    def on_admitted(self, reused: int = 0) -> None:
+        """The job took a row, adopting `reused` prompt tokens from the prefix pool: prefill starts now.
+
+        From here the cached/fresh split of the prompt is known (Anthropic's `message_start` says it)."""
+        if reused:
+            self.reused = reused
         if self._prefill_started is None:
             self._prefill_started = time.monotonic()
         if self.state == "queued":

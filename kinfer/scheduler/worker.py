@@ -13,11 +13,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kinfer.chat.template import render_prompt
+from kinfer.chat.template import RenderedPrompt, render_prompt
+from kinfer.chat.traits import TemplateTraits
 from kinfer.engines.base import Engine, EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError, PromptTooLong
+from kinfer.protocol import ChatRequest
 from kinfer.scheduler.jobs import Admission, Cancel, Command, Measure, PreparedJob, Shutdown
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,8 @@ class WorkerCallbacks:
     """How the engine thread reports back; each callable is invoked on the event loop."""
 
     ready: Callable[[str, PreparedJob], None]
-    admitted: Callable[[list[str]], None]  # these jobs just took a row
+    admitted: Callable[[list[tuple[str, int]]], None]  # (job, prompt tokens adopted) just took a row
+    context: Callable[[str, list[int]], None]  # prompt + reply token ids, for a job that asked
     updates: Callable[[list[JobUpdate]], None]
     failed: Callable[[str, Exception], None]
 
@@ -66,6 +69,7 @@ class EngineWorker:
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiting: deque[_Waiting] = deque()
         self._active: set[str] = set()
+        self._contexts: dict[str, list[str]] = {}  # job -> prompt text and the reply so far, if asked
         self.loaded: Future[ModelInfo] = Future()
         self.stats = EngineStats()
         self.waiting_count = 0
@@ -125,6 +129,8 @@ class EngineWorker:
             reloads = 0
             if updates:
                 for update in updates:
+                    if self._contexts and update.job_id in self._contexts:
+                        self._follow_context(engine, update)
                     if update.finish is not None:
                         self._active.discard(update.job_id)
                 self._call_soon(self._callbacks.updates, updates)
@@ -159,7 +165,7 @@ class EngineWorker:
     def _prepare(self, engine: Engine, admission: Admission) -> None:
         """Render and tokenize on this thread (the engine owns the tokenizer), then queue for a row."""
         try:
-            prepared = prepare_job(engine.info, engine.tokenize, admission)
+            prepared = prepare_job(engine.info, engine.tokenize, admission, engine.detokenize)
         except Exception as exc:
             error = (
                 exc if isinstance(exc, KinferError) else EngineFailure(f"could not prepare the prompt: {exc}")
@@ -168,11 +174,31 @@ class EngineWorker:
             return
         self._waiting.append(_Waiting(admission, prepared))
         self.waiting_count = len(self._waiting)
+        if admission.request.return_context:
+            self._contexts[admission.job_id] = [prepared.rendered.text]
         self._call_soon(self._callbacks.ready, admission.job_id, prepared)
+
+    def _follow_context(self, engine: Engine, update: JobUpdate) -> None:
+        """Keep the reply's text for a job that wants its context; at the end, tokenize prompt and
+        reply together (as Ollama does) and send the ids ahead of the finishing update."""
+        pieces = self._contexts[update.job_id]
+        pieces.append(update.text)
+        if update.finish is None:
+            return
+        del self._contexts[update.job_id]
+        if update.finish == "cancelled":
+            return  # nobody is left to read it
+        try:
+            tokens = engine.tokenize("".join(pieces))
+        except Exception:
+            log.exception("tokenizing the context of %s", update.job_id)
+            return
+        self._call_soon(self._callbacks.context, update.job_id, tokens)
 
     def _measure(self, engine: Engine, command: Measure) -> None:
         try:
-            prepared = prepare_job(engine.info, engine.tokenize, Admission(command.request, "measure"))
+            admission = Admission(command.request, "measure")
+            prepared = prepare_job(engine.info, engine.tokenize, admission, engine.detokenize)
         except Exception as exc:
             command.reply.set_exception(exc)
         else:
@@ -183,13 +209,14 @@ class EngineWorker:
         while self._waiting and engine.free_rows > 0:
             item = self._waiting.popleft()
             try:
-                engine.submit(item.prepared.job)
+                reused = engine.submit(item.prepared.job)
             except Exception as exc:  # a KinferError keeps its status (a refused prompt stays a 400)
                 error = exc if isinstance(exc, KinferError) else EngineFailure(str(exc))
                 self._call_soon(self._callbacks.failed, item.admission.job_id, error)
+                self._contexts.pop(item.admission.job_id, None)
                 continue
             self._active.add(item.prepared.job.job_id)
-            admitted.append(item.prepared.job.job_id)
+            admitted.append((item.prepared.job.job_id, reused or 0))
         self.waiting_count = len(self._waiting)
         if admitted:
             self._call_soon(self._callbacks.admitted, admitted)
@@ -199,6 +226,7 @@ class EngineWorker:
             if item.admission.job_id == job_id:
                 self._waiting.remove(item)
                 self.waiting_count = len(self._waiting)
+                self._contexts.pop(job_id, None)
                 self._call_soon(self._callbacks.updates, [JobUpdate(job_id, finish="cancelled")])
                 return
         if job_id in self._active:
@@ -212,6 +240,7 @@ class EngineWorker:
             item = self._waiting.popleft()
             error = Busy(f"waited {self._queue_timeout:.0f}s for a free row", retry_after=5)
             self._call_soon(self._callbacks.failed, item.admission.job_id, error)
+            self._contexts.pop(item.admission.job_id, None)
         self.waiting_count = len(self._waiting)
 
     def _recover(self, engine: Engine, exc: Exception, reloads: int) -> tuple[Engine | None, int]:
@@ -223,6 +252,7 @@ class EngineWorker:
         error = EngineFailure(f"the engine failed while generating: {type(exc).__name__}: {exc}")
         for job_id in list(self._active):
             self._call_soon(self._callbacks.failed, job_id, error)
+            self._contexts.pop(job_id, None)
         self._active.clear()
         try:
             engine.close()
@@ -245,15 +275,27 @@ class EngineWorker:
             self._call_soon(self._callbacks.failed, item.admission.job_id, error)
         self._active.clear()
         self._waiting.clear()
+        self._contexts.clear()
         self.waiting_count = 0
 
 
-def prepare_job(info: ModelInfo, tokenize: Callable[[str], list[int]], admission: Admission) -> PreparedJob:
-    """Render the request with the model's template, tokenize it and fit the reply into one row."""
+def prepare_job(
+    info: ModelInfo,
+    tokenize: Callable[[str], list[int]],
+    admission: Admission,
+    detokenize: Callable[[list[int]], str] | None = None,
+) -> PreparedJob:
+    """Render the request with the model's template, tokenize it and fit the reply into one row.
+
+    `detokenize` reads back the request's `context` (Ollama), which goes ahead of the rendered prompt."""
     request = admission.request
     rendered = render_prompt(
         info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token, name=info.name
     )
+    if request.strict_capabilities:
+        check_capabilities(info.name, request, rendered.traits)
+    if request.context and detokenize is not None:
+        rendered = _after_context(rendered, request.context, info, detokenize)
     if len(rendered.text) > info.context_length * MAX_CHARS_PER_TOKEN:
         raise PromptTooLong(
             f"the prompt is {len(rendered.text)} characters, far more than a row of {info.name} holds "
@@ -281,6 +323,39 @@ def prepare_job(info: ModelInfo, tokenize: Callable[[str], list[int]], admission
         checkpoints=checkpoints,
     )
     return PreparedJob(job=job, rendered=rendered, prompt_tokens=len(tokens))
+
+
+def check_capabilities(name: str, request: ChatRequest, traits: TemplateTraits) -> None:
+    """Ollama's 400 for thinking or tools the model's template cannot serve.
+
+    Tools need a template that either lets kinfer write its own tool prompt ("default") or teaches a
+    call format kinfer parses; a template that prints tools its own way (Llama 3's bare JSON) cannot."""
+    model = request.model or name  # Ollama names the model as the client did, in these words
+    if request.think and not (traits.supports_thinking or traits.has_think_switch):
+        raise InvalidRequest(f'"{model}" does not support thinking')
+    if request.tools and traits.tool_format == "none":
+        raise InvalidRequest(f"{model} does not support tools")
+
+
+def _after_context(
+    rendered: RenderedPrompt,
+    context: tuple[int, ...],
+    info: ModelInfo,
+    detokenize: Callable[[list[int]], str],
+) -> RenderedPrompt:
+    """The prompt with an earlier exchange's tokens read back as text in front of it, as Ollama does."""
+    if len(context) > info.context_length:
+        raise PromptTooLong(
+            f"context holds {len(context)} tokens but a row of {info.name} holds {info.context_length}"
+        )
+    try:
+        before = detokenize(list(context))
+    except KinferError:
+        raise
+    except Exception as exc:  # an id the vocabulary does not have
+        raise InvalidRequest(f"context: not token ids of {info.name} ({exc})") from None
+    checkpoints = tuple(len(before) + offset for offset in rendered.checkpoints)
+    return replace(rendered, text=before + rendered.text, checkpoints=checkpoints)
 
 
 def _checkpoint_tokens(

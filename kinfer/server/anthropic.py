@@ -253,6 +253,7 @@ def event_sse(data: dict[str, Any]) -> str:
 async def message_stream(stream: RequestStream, message_id: str, model: str) -> AsyncIterator[str]:
     assembler = MessageAssembler()
     start = message_json(message_id, model, [])
+    # the row was taken (wait_for_row) and the prefix pool consulted: the cached/fresh split is known
     start["usage"] = usage_json(stream.prompt_tokens, stream.reused, 0)
     yield event_sse({"type": "message_start", "message": start})
     yield event_sse({"type": "ping"})  # Anthropic sends one straight away too

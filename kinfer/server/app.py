@@ -12,6 +12,7 @@ from kinfer.errors import InvalidRequest, KinferError, ModelNotFound, PromptTooL
 from kinfer.metrics import render
 from kinfer.runtime import Runtime
 from kinfer.server.access import install_access_control
+from kinfer.server.access_log import install_request_log
 from kinfer.server.dialects import DIALECTS, dialect_for
 from kinfer.server.openapi import openapi_spec
 
@@ -25,6 +26,7 @@ def create_app(runtime: Runtime) -> Quart:
     app.config["MAX_CONTENT_LENGTH"] = int(runtime.settings.max_body_mb * 1024 * 1024)
     app.config["BODY_TIMEOUT"] = 120
     install_access_control(app, runtime.settings)
+    install_request_log(app, runtime.scheduler, runtime.requests)
     for dialect in DIALECTS:
         app.register_blueprint(dialect.blueprint)
 

@@ -123,6 +123,11 @@ async def chat_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
             yield error_line(event.error)
 
 
+def context_field(stream: RequestStream) -> dict[str, Any]:
+    """Ollama's `context` (prompt + reply as token ids) on a generate reply; raw prompts have none."""
+    return {"context": list(stream.context)} if stream.context is not None else {}
+
+
 async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
     async for event in stream.events():
         if isinstance(event, Delta):
@@ -137,7 +142,7 @@ async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[st
                     "created_at": now_rfc3339(),
                     "response": "",
                     "done": True,
-                    "context": [],
+                    **context_field(stream),
                     **final_fields(event),
                 }
             )
@@ -195,7 +200,7 @@ async def generate() -> Response:
         "created_at": now_rfc3339(),
         "response": text,
         "done": True,
-        "context": [],
+        **context_field(stream),
         **final_fields(done),
     }
     if thinking:
@@ -300,11 +305,6 @@ async def show() -> Response:
     body = await read_body(NameBody)
     model = runtime().store.resolve(body.target())
     d = describe(model)
-    capabilities = ["completion"]
-    if d.tool_format and d.tool_format != "none":
-        capabilities.append("tools")
-    if d.thinking:
-        capabilities.append("thinking")
     arch = d.architecture or "unknown"
     return jsonify(
         {
@@ -317,8 +317,10 @@ async def show() -> Response:
                 "general.architecture": arch,
                 "general.parameter_count": d.parameters or 0,
                 f"{arch}.context_length": d.context_length or 0,
+                # hermes | qwen3_5_xml | default (kinfer's own tool prompt) | none
+                "kinfer.tool_format": d.tool_format,
             },
-            "capabilities": capabilities,
+            "capabilities": list(d.capabilities),
             "modified_at": iso(model.modified),
         }
     )
@@ -359,7 +361,8 @@ async def delete() -> Response:
     body = await read_body(NameBody)
     rt = runtime()
     model = rt.store.resolve(body.target())
-    await rt.scheduler.unload_matching(lambda loaded: loaded.path == model.path)
+    if not model.is_alias:  # an alias is only a name: the model behind it stays, loaded or not
+        await rt.scheduler.unload_matching(lambda loaded: loaded.path == model.path)
     rt.store.remove(model.name)
     return Response("", status=200)
 

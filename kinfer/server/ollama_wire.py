@@ -10,7 +10,7 @@ from pydantic import Field
 from kinfer.chat.go_template import render_go_template
 from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
+from kinfer.protocol import ChatRequest, Message, Sampling, ThinkLevel, ToolCall, ToolSpec
 from kinfer.server.wire import FunctionDef, WireModel
 
 # ---- wire schemas ---------------------------------------------------------------------------
@@ -81,7 +81,9 @@ class WireTool(WireModel):
     function: FunctionDef
 
 
-Think = bool | Literal["low", "medium", "high"] | None
+Think = bool | Literal["low", "medium", "high", "max"] | None
+THINK_LEVELS: dict[str, ThinkLevel] = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+MAX_TOKEN_ID = 2**31 - 1
 KeepAlive = str | float | int | None
 
 
@@ -148,7 +150,7 @@ def think_fields(think: Think) -> tuple[bool | None, Any]:
         return None, None
     if isinstance(think, bool):
         return think, None
-    return True, think
+    return True, THINK_LEVELS[think]  # "max" is the highest effort kinfer knows
 
 
 def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> None:
@@ -172,6 +174,7 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
         num_ctx=body.options.num_ctx,
         dialect="ollama",
         request_id=request_id,
+        strict_capabilities=True,  # Ollama refuses thinking or tools the model cannot serve
     )
 
 
@@ -209,10 +212,21 @@ def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
     common = common_fields(body, request_id)
-    if body.raw:
+    if body.raw:  # as in Ollama, a raw prompt is taken as it is: `context` does not apply
         return ChatRequest(raw_prompt=body.prompt, **common)
+    # the reply carries prompt + reply as token ids, for the client to send back as `context`
+    common.update(context=context_tokens(body.context), return_context=True)
     if body.template:
         prompt = render_go_template(body.template, system=body.system or "", prompt=body.prompt)
         return ChatRequest(raw_prompt=prompt, **common)
     messages = ((Message("system", body.system),) if body.system else ()) + (Message("user", body.prompt),)
     return ChatRequest(messages=messages, **common)
+
+
+def context_tokens(context: list[int] | None) -> tuple[int, ...]:
+    """An earlier reply's `context`: token ids the model reads back ahead of the new prompt."""
+    if not context:
+        return ()
+    if not all(0 <= t <= MAX_TOKEN_ID for t in context):
+        raise InvalidRequest("context: token ids are whole numbers from 0 up")
+    return tuple(context)

@@ -76,6 +76,8 @@ async def chat_completion_stream(
     stream: RequestStream, completion_id: str, model: str, include_usage: bool
 ) -> AsyncIterator[str]:
     created = int(time.time())
+    # with include_usage, OpenAI gives every chunk a usage field: null until the last one
+    no_usage = {"usage": None} if include_usage else {}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         return sse(
@@ -86,10 +88,11 @@ async def chat_completion_stream(
                 "model": model,
                 "system_fingerprint": "kinfer",
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                **no_usage,
             }
         )
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk({"role": "assistant", "content": "", "refusal": None})
     async for event in stream.events():
         if isinstance(event, Delta):
             if event.kind == "thinking":
@@ -118,7 +121,7 @@ async def chat_completion_stream(
 
 async def chat_completion_body(stream: RequestStream, completion_id: str, model: str) -> dict[str, Any]:
     text, thinking, calls, done = await stream.collect()
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     if thinking:
         message["reasoning_content"] = thinking
         message["reasoning"] = thinking
@@ -177,6 +180,7 @@ async def completion_stream(
     stream: RequestStream, completion_id: str, model: str, echo: str, include_usage: bool
 ) -> AsyncIterator[str]:
     created = int(time.time())
+    no_usage = {"usage": None} if include_usage else {}
 
     def chunk(text: str, finish: str | None = None) -> str:
         return sse(
@@ -186,6 +190,7 @@ async def completion_stream(
                 "created": created,
                 "model": model,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                **no_usage,
             }
         )
 

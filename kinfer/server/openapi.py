@@ -115,6 +115,7 @@ ENDPOINTS: dict[str, Endpoint] = {
     "responses.create_response": Endpoint("OpenAI Responses", "responses", body=ResponsesBody, streams=SSE),
     "responses.get_response": Endpoint("A stored response", "responses"),
     "responses.delete_response": Endpoint("Delete a stored response", "responses"),
+    "responses.list_input_items": Endpoint("The input items of a stored response", "responses"),
     "ollama.chat": Endpoint("Ollama chat", "ollama", body=ChatBody, streams=NDJSON),
     "ollama.generate": Endpoint("Ollama generate", "ollama", body=GenerateBody, streams=NDJSON),
     "ollama.tags": Endpoint("Ollama model list", "ollama", reply=OLLAMA_MODELS),

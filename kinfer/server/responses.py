@@ -1,9 +1,10 @@
 """OpenAI Responses (`/v1/responses`): routes, stored responses and errors in OpenAI's shape.
 
-Wire schemas and input translation live in `responses_wire`, rendering in `responses_render`, the
-bounded store behind `previous_response_id` in `responses_store`. Each app gets its own store when
-it registers this blueprint (in `app.extensions`, read with `response_store()`), so stored responses
-go away with the server.
+Wire schemas and input translation live in `responses_wire`, tools (namespaces, hosted tools) in
+`responses_tools`, input items (`item_reference`, `input_items`) in `responses_items`, rendering in
+`responses_render`, the bounded store behind `previous_response_id` in `responses_store`. Each app
+gets its own store when it registers this blueprint (in `app.extensions`, read with
+`response_store()`), so stored responses go away with the server.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quart import Blueprint, Response, current_app, jsonify
+from quart import request as http_request
 from quart.blueprints import BlueprintSetupState
 
 from kinfer.errors import EngineFailure, InvalidRequest, KinferError
@@ -22,6 +24,7 @@ from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
+from kinfer.server.responses_items import input_item_records, list_page, resolve_references
 from kinfer.server.responses_render import (
     OutputAssembler,
     ResponseContext,
@@ -31,14 +34,8 @@ from kinfer.server.responses_render import (
     usage_json,
 )
 from kinfer.server.responses_store import ResponseStore, StoredResponse
-from kinfer.server.responses_wire import (
-    ResponsesBody,
-    think_from,
-    to_messages,
-    to_tools,
-    tool_choice_name,
-    tool_json,
-)
+from kinfer.server.responses_tools import ToolSet, to_tools, warn_dropped
+from kinfer.server.responses_wire import InputItem, ResponsesBody, think_from, to_messages, tool_choice_name
 from kinfer.server.streaming import sse, streaming_response
 from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
 
@@ -46,11 +43,13 @@ log = logging.getLogger(__name__)
 
 blueprint = Blueprint("responses", __name__)
 STORE_KEY = "kinfer.responses.store"
+DROPPED_TOOLS_KEY = "kinfer.responses.dropped_tool_types"  # tool types already warned of
 
 
 @blueprint.record_once
 def _make_store(state: BlueprintSetupState) -> None:
     state.app.extensions[STORE_KEY] = ResponseStore()
+    state.app.extensions[DROPPED_TOOLS_KEY] = set()
 
 
 def response_store() -> ResponseStore:
@@ -86,21 +85,25 @@ def previous_conversation(response_id: str | None) -> tuple[Message, ...]:
     return stored.conversation
 
 
-def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tuple[Message, ...]]:
-    """The internal request, and the conversation without instructions (what a follow-up continues)."""
+def to_request(
+    wire: ResponsesBody, response_id: str, items: str | list[InputItem], tools: ToolSet
+) -> tuple[ChatRequest, tuple[Message, ...]]:
+    """The internal request, and the conversation without instructions (what a follow-up continues).
+
+    `items`: the input with its `item_reference`s resolved; `tools`: what `wire.tools` became."""
     text_format = (wire.text or {}).get("format") or {}
     if text_format.get("type") not in (None, "text"):
         raise InvalidRequest("text.format: only 'text' is supported; structured output is not served yet")
     history = previous_conversation(wire.previous_response_id)
     names = {call.id: call.name for m in history for call in m.tool_calls}
-    conversation = history + tuple(to_messages(wire.input, names))
+    conversation = history + tuple(to_messages(items, names))
     system = (Message("system", wire.instructions),) if wire.instructions else ()
     think, level = think_from(wire.reasoning)
     choice = tool_choice_name(wire.tool_choice)
     request = ChatRequest(
         model=wire.model,
         messages=system + conversation,
-        tools=() if choice == "none" else to_tools(wire.tools),
+        tools=() if choice == "none" else tools.specs,
         tool_choice=choice,
         sampling=wire.sampling(),
         max_tokens=wire.max_output_tokens,
@@ -112,7 +115,7 @@ def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tupl
     return request, conversation
 
 
-def context_of(wire: ResponsesBody, response_id: str, model: str) -> ResponseContext:
+def context_of(wire: ResponsesBody, response_id: str, model: str, tools: ToolSet) -> ResponseContext:
     reasoning = {
         "effort": wire.reasoning.effort if wire.reasoning else None,
         "summary": wire.reasoning.summary if wire.reasoning else None,
@@ -122,7 +125,7 @@ def context_of(wire: ResponsesBody, response_id: str, model: str) -> ResponseCon
         model=wire.model or model,
         created_at=int(time.time()),
         instructions=wire.instructions,
-        tools=tuple(tool_json(t) for t in wire.tools or () if t.type == "function" and t.name),
+        tools=tools.echo,
         tool_choice=wire.tool_choice if wire.tool_choice is not None else "auto",
         parallel_tool_calls=wire.parallel_tool_calls,
         temperature=wire.temperature,
@@ -179,18 +182,23 @@ class Turn:
     ctx: ResponseContext
     conversation: tuple[Message, ...]
     store: ResponseStore  # taken in the handler: a streaming body runs outside the app context
+    tools: ToolSet
+    input_items: tuple[dict[str, Any], ...]
+
+    def assembler(self) -> OutputAssembler:
+        return OutputAssembler(self.tools.split)
 
     def remember(self, body: dict[str, Any], a: OutputAssembler) -> None:
         if not self.ctx.store:
             return
         thinking = "".join(a.thinking) or None
         reply = Message("assistant", "".join(a.texts), thinking=thinking, tool_calls=tuple(a.calls))
-        self.store.put(self.ctx.id, StoredResponse(body, (*self.conversation, reply)))
+        self.store.put(self.ctx.id, StoredResponse(body, (*self.conversation, reply), self.input_items))
 
 
 async def response_stream(stream: RequestStream, turn: Turn) -> AsyncIterator[str]:
     ctx = turn.ctx
-    assembler = OutputAssembler()
+    assembler = turn.assembler()
 
     def out(data: dict[str, Any]) -> str:
         return sse(data, event=data["type"])
@@ -217,7 +225,7 @@ async def response_stream(stream: RequestStream, turn: Turn) -> AsyncIterator[st
 
 async def response_body(stream: RequestStream, turn: Turn) -> dict[str, Any]:
     ctx = turn.ctx
-    assembler = OutputAssembler()
+    assembler = turn.assembler()
     async for event in stream.events():
         if isinstance(event, ErrorEvent):
             raise event.error
@@ -238,9 +246,14 @@ async def response_body(stream: RequestStream, turn: Turn) -> dict[str, Any]:
 async def create_response() -> Response:
     wire = await read_body(ResponsesBody)
     response_id = new_id("resp")
-    request, conversation = to_request(wire, response_id)
+    store = response_store()
+    tools = to_tools(wire.tools)
+    warn_dropped(current_app.extensions[DROPPED_TOOLS_KEY], tools.dropped)
+    items = resolve_references(wire.input, store.find_item)
+    request, conversation = to_request(wire, response_id, items, tools)
     stream = await runtime().scheduler.submit(request)
-    turn = Turn(context_of(wire, response_id, stream.model), conversation, response_store())
+    records = tuple(input_item_records(items, new_id))
+    turn = Turn(context_of(wire, response_id, stream.model, tools), conversation, store, tools, records)
     if wire.stream:
         await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, response_stream(stream, turn), "text/event-stream")
@@ -257,6 +270,21 @@ async def get_response(response_id: str) -> Response:
     if stored is None:
         raise ResponseNotFound(f"Response with id '{response_id}' not found.")
     return jsonify(stored.body)
+
+
+@blueprint.get("/v1/responses/<response_id>/input_items")
+@blueprint.get("/responses/<response_id>/input_items")
+async def list_input_items(response_id: str) -> Response:
+    stored = response_store().get(response_id)
+    if stored is None:
+        raise ResponseNotFound(f"Response with id '{response_id}' not found.")
+    args = http_request.args
+    try:
+        limit = int(args["limit"]) if "limit" in args else None
+    except ValueError:
+        raise InvalidRequest("limit must be a whole number") from None
+    page = list_page(list(stored.input_items), after=args.get("after"), limit=limit, order=args.get("order"))
+    return jsonify(page)
 
 
 @blueprint.delete("/v1/responses/<response_id>")

@@ -2,7 +2,8 @@
 
 One `OutputAssembler` serves streaming and non-streaming alike. Thinking becomes a `reasoning` item
 (the thinking itself as its summary text, and as its `reasoning_text` content), answer text a
-`message` item with one `output_text` part, each tool call a `function_call` item.
+`message` item with one `output_text` part, each tool call a `function_call` item (a call to a function
+of a `namespace` tool names the namespace apart, as Codex routes it).
 
 `output_tokens_details.reasoning_tokens` is approximate: the count of thinking pieces the engine
 released, which is one per decoding step (one token) except where a piece was held back and merged.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,9 +96,13 @@ def response_json(
 
 
 class OutputAssembler:
-    """Events in order -> Responses stream events (numbered), and the finished output items."""
+    """Events in order -> Responses stream events (numbered), and the finished output items.
 
-    def __init__(self) -> None:
+    `split` gives a called function's (namespace, name): (None, name) unless it came in a namespace.
+    """
+
+    def __init__(self, split: Callable[[str], tuple[str | None, str]] | None = None) -> None:
+        self._split = split or (lambda name: (None, name))
         self.output: list[dict[str, Any]] = []
         self.texts: list[str] = []
         self.thinking: list[str] = []
@@ -184,19 +190,22 @@ class OutputAssembler:
     def _function_call(self, event: ToolCallEvent) -> list[dict[str, Any]]:
         call = event.call
         arguments = json.dumps(call.arguments, ensure_ascii=False)
+        namespace, name = self._split(call.name)
         item = {
             "id": new_id("fc"),
             "type": "function_call",
             "status": "in_progress",
             "call_id": call.id,
-            "name": call.name,
+            "name": name,
             "arguments": "",
         }
+        if namespace is not None:
+            item["namespace"] = namespace
         out = self._add(item)
         where = self._where()
         out.append(self.event("response.function_call_arguments.delta", **where, delta=arguments))
         out.append(
-            self.event("response.function_call_arguments.done", **where, name=call.name, arguments=arguments)
+            self.event("response.function_call_arguments.done", **where, name=name, arguments=arguments)
         )
         item.update(status="completed", arguments=arguments)
         out.append(

@@ -2,7 +2,9 @@
 
 Output items sent back as input fold into one assistant message each, the way the chat template
 expects them: `reasoning` items give its `thinking`, `message` items its text, `function_call` items
-its `tool_calls`. A `function_call_output` item becomes a `tool` message named after its call.
+its `tool_calls` (a namespaced call under its flat name, see responses_tools). A
+`function_call_output` item becomes a `tool` message named after its call. `item_reference` items
+are resolved against stored items first (responses_items).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from pydantic import Field
 
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall
+from kinfer.server.responses_tools import flat_name
 from kinfer.server.wire import WireModel, tool_choice_mode
 
 log = logging.getLogger(__name__)
@@ -45,12 +48,14 @@ class InputItem(WireModel):
 
     type: str | None = None
     id: str | None = None
+    status: str | None = None
     # message
     role: str | None = None
     content: str | list[Part] | None = None
     # function_call / function_call_output
     call_id: str | None = None
     name: str | None = None
+    namespace: str | None = None  # a function that came in a `namespace` tool (Codex's MCP tools)
     arguments: str | dict[str, Any] | None = None
     output: str | list[Part] | None = None
     # reasoning
@@ -58,11 +63,14 @@ class InputItem(WireModel):
 
 
 class WireTool(WireModel):
+    """A function tool, a `namespace` of function tools (`tools`), or a hosted tool (dropped)."""
+
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[WireTool] | None = None
 
 
 class Reasoning(WireModel):
@@ -171,30 +179,21 @@ def to_messages(items: str | list[InputItem], names: dict[str, str]) -> list[Mes
         elif kind == "function_call":
             if not item.call_id or not item.name:
                 raise InvalidRequest(f"{where}: a function_call needs call_id and name")
-            names[item.call_id] = item.name
-            turn.calls.append(ToolCall(item.call_id, item.name, parse_arguments(item.arguments, where)))
+            name = flat_name(item.namespace, item.name) if item.namespace else item.name
+            names[item.call_id] = name
+            turn.calls.append(ToolCall(item.call_id, name, parse_arguments(item.arguments, where)))
         elif kind == "function_call_output":
             if not item.call_id:
                 raise InvalidRequest(f"{where}.call_id: Field required")
             flush()
             output = parts_text(item.output, f"{where}.output")
             messages.append(Message("tool", output, tool_call_id=item.call_id, name=names.get(item.call_id)))
-        elif kind == "item_reference":
-            raise InvalidRequest(f"{where}: item_reference is not supported; send the items themselves")
+        elif kind == "item_reference":  # resolved before translation (responses_items)
+            raise InvalidRequest(f"{where}: an item_reference that was not resolved")
         else:
             log.info("dropping input item of type %r: kinfer serves function tools only", kind)
     flush()
     return messages
-
-
-def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
-    tools = []
-    for tool in wire or ():
-        if tool.type != "function" or not tool.name:
-            log.info("dropping tool of type %r: only function tools are served", tool.type)
-            continue
-        tools.append(ToolSpec(tool.name, tool.description or "", tool.parameters or {"type": "object"}))
-    return tuple(tools)
 
 
 def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
@@ -217,14 +216,3 @@ def think_from(reasoning: Reasoning | None) -> tuple[bool | None, ThinkLevel | N
     if reasoning.effort not in EFFORT_LEVELS:
         raise InvalidRequest("reasoning.effort must be one of none, minimal, low, medium, high, xhigh")
     return True, EFFORT_LEVELS[reasoning.effort]
-
-
-def tool_json(tool: WireTool) -> dict[str, Any]:
-    """A function tool as the response object echoes it."""
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters or {"type": "object"},
-        "strict": bool(tool.strict),
-    }

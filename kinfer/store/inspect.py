@@ -53,7 +53,7 @@ class ModelDetails:
     vocab_size: int | None
     chat_template: str | None
     thinking: bool
-    tool_format: ToolFormat  # hermes | qwen3_5_xml | none
+    tool_format: ToolFormat  # hermes | qwen3_5_xml | default (kinfer's tool prompt) | none
     files: tuple[ModelFile, ...]
     size: int
     alias_of: str | None = None
@@ -69,7 +69,8 @@ class ModelDetails:
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        """Ollama's capability names: completion always, tools and thinking when the template has them."""
+        """Ollama's capability names: completion always; tools unless the template prints tools in a
+        convention kinfer cannot parse back; thinking when the template has it."""
         caps = ["completion"]
         if self.tool_format != "none":
             caps.append("tools")
@@ -97,10 +98,10 @@ def human_number(n: int) -> str:
 
 
 def template_traits(template: str | None) -> tuple[bool, ToolFormat]:
-    """(thinking support, tool-call convention) as far as the chat template shows them."""
-    if not template:
-        return False, "none"  # kinfer's ChatML fallback is the chat layer's business, not a model trait
-    traits = analyze_template(template)
+    """(thinking support, tool-call convention) as far as the chat template shows them.
+
+    A model without a template is served with kinfer's ChatML fallback and default tool prompt."""
+    traits = analyze_template(template or None)
     return traits.supports_thinking or traits.has_think_switch, traits.tool_format
 
 

@@ -29,6 +29,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 
 from kinfer.errors import KinferError
+from kinfer.request_log import LOGGER_NAME as REQUEST_LOGGER
 from kinfer.tui import format as fmt
 from kinfer.tui.log_capture import QueueLogHandler, captured_logging
 from kinfer.tui.rates import HISTORY, RateTracker
@@ -386,7 +387,7 @@ def make_dashboard(runtime: Runtime, sock: socket.socket, log_handler: QueueLogH
     from kinfer.tui.server_task import ServerTask
 
     return KinferDashboard(
-        source=LiveSource(runtime.scheduler),
+        source=LiveSource(runtime.scheduler, runtime.requests),
         store=runtime.store,
         scheduler=runtime.scheduler,
         server=ServerTask(runtime, sock),
@@ -396,7 +397,8 @@ def make_dashboard(runtime: Runtime, sock: socket.socket, log_handler: QueueLogH
 
 def run_dashboard(runtime: Runtime, sock: socket.socket) -> int:
     """Serve with the dashboard in this terminal until the user quits; returns the exit status."""
-    handler = QueueLogHandler()
+    # the request pane shows each request as an entry already: its log line would say it twice
+    handler = QueueLogHandler(skip=(REQUEST_LOGGER,))
     with captured_logging(handler):
         app = make_dashboard(runtime, sock, handler)
         app.run()

@@ -26,11 +26,17 @@ class LogLine:
 class QueueLogHandler(logging.Handler):
     """Keeps the newest records; `drain()` hands them over once. Safe from any thread."""
 
-    def __init__(self, level: int = logging.INFO, capacity: int = CAPACITY) -> None:
+    def __init__(
+        self, level: int = logging.INFO, capacity: int = CAPACITY, skip: tuple[str, ...] = ()
+    ) -> None:
+        """`skip`: loggers whose records the screen shows another way (below WARNING only)."""
         super().__init__(level)
         self._lines: deque[LogLine] = deque(maxlen=capacity)
+        self._skip = skip
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name in self._skip and record.levelno < logging.WARNING:
+            return
         try:
             text = record.getMessage()
             if record.levelno >= logging.WARNING:  # info lines read better without the logger's name

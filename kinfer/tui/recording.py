@@ -1,6 +1,6 @@
 """Recorded metrics: replay `DashboardSample`s instead of a live scheduler, for deterministic screens.
 
-    recorder = Recorder(LiveSource(runtime.scheduler))   # a source that keeps what it hands out
+    recorder = Recorder(LiveSource(runtime.scheduler, runtime.requests))  # keeps what it hands out
     ...                                                  # the dashboard (or a loop) calls it
     save_recording(recorder.samples, path)               # JSON, one object per sample
     app = KinferDashboard(source=RecordedSource(load_recording(path)), ...)

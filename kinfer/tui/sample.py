@@ -34,7 +34,8 @@ class SystemSample:
 
 @dataclass(frozen=True)
 class LogEntry:
-    """One finished request, for the request log."""
+    """One finished HTTP request, for the request log. `finish` is empty for a request that generated
+    nothing (`GET /api/tags`, a refusal); such a line shows its method, path and status instead."""
 
     finished_at: float  # Unix time
     request_id: str
@@ -44,6 +45,10 @@ class LogEntry:
     generated: int
     finish: str
     duration: float  # seconds from arrival to the end
+    method: str = ""
+    path: str = ""
+    status: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

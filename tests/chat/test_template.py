@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from kinfer.chat.default_tools import with_default_tool_prompt
 from kinfer.chat.jinja_env import render_template
 from kinfer.chat.template import CHATML_TEMPLATE, message_to_hf, render_prompt, tool_to_hf
 from kinfer.chat.traits import TemplateTraits, analyze_template
@@ -37,12 +38,17 @@ def test_renders_exactly_what_transformers_renders(file: str, with_tools: bool) 
     chat_template_utils = pytest.importorskip("transformers.utils.chat_template_utils")
     template = load_template(file)
     req = request(tools=TOOLS if with_tools else ())
+    tools = [tool_to_hf(t) for t in TOOLS] if with_tools else []
+    conversation = CONVERSATION
+    if analyze_template(template).tool_format == "default":
+        # a template without tool support renders kinfer's rewritten conversation, tools inside it
+        conversation, tools = with_default_tool_prompt(CONVERSATION, tools), []
 
     ours = render(template, req).text
 
     theirs = chat_template_utils.render_jinja_template(
-        conversations=[[message_to_hf(m) for m in CONVERSATION]],
-        tools=[tool_to_hf(t) for t in TOOLS] if with_tools else None,
+        conversations=[[message_to_hf(m) for m in conversation]],
+        tools=tools or None,
         chat_template=template,
         add_generation_prompt=True,
         bos_token="<s>",
@@ -192,7 +198,7 @@ def test_chatml_is_the_fallback_when_the_model_has_no_template() -> None:
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert rendered.traits == analyze_template(None) == TemplateTraits(tool_format="hermes")
+    assert rendered.traits == analyze_template(None) == TemplateTraits(tool_format="default")
 
 
 def test_chatml_fallback_teaches_and_replays_hermes_tool_calls() -> None:
@@ -204,7 +210,7 @@ def test_chatml_fallback_teaches_and_replays_hermes_tool_calls() -> None:
         in text
     )
     assert "<tool_response>\n" in text
-    assert analyze_template(CHATML_TEMPLATE).tool_format == "hermes"
+    assert analyze_template(CHATML_TEMPLATE).tool_format == "default"
 
 
 # ---- traits ----------------------------------------------------------------------------------------
@@ -218,7 +224,7 @@ def test_chatml_fallback_teaches_and_replays_hermes_tool_calls() -> None:
         ("qwen3.5-4b.jinja", True, True, "qwen3_5_xml"),
         ("qwen3-coder.jinja", False, False, "qwen3_5_xml"),
         ("llama-3.2-3b-instruct.jinja", False, False, "none"),
-        ("smollm2-135m-instruct.jinja", False, False, "none"),
+        ("smollm2-135m-instruct.jinja", False, False, "default"),
     ],
 )
 def test_analyze_template_reads_think_support_and_tool_format(
@@ -269,9 +275,12 @@ def test_a_template_that_refuses_a_system_only_render_is_probed(qwen35_template:
 
 
 def render_without_generation_prompt(template: str, messages, with_tools: bool) -> str | None:
+    tools = [tool_to_hf(t) for t in TOOLS] if with_tools else []
+    if analyze_template(template).tool_format == "default":
+        messages, tools = with_default_tool_prompt(tuple(messages), tools), []
     variables = {
         "messages": [message_to_hf(m) for m in messages],
-        "tools": [tool_to_hf(t) for t in TOOLS] if with_tools else None,
+        "tools": tools or None,
         "documents": None,
         "bos_token": "<s>",
         "eos_token": "</s>",

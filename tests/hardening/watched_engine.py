@@ -70,9 +70,10 @@ class WatchedEngine:
     def has_work(self) -> bool:
         return self.inner.has_work
 
-    def submit(self, job: GenerationJob) -> None:
-        self.inner.submit(job)
+    def submit(self, job: GenerationJob) -> int:
+        reused = self.inner.submit(job)
         self.submitted.append(job.job_id)
+        return reused
 
     def cancel(self, job_id: str) -> None:
         self.cancel_steps.setdefault(job_id, self.steps)

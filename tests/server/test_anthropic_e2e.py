@@ -70,3 +70,26 @@ def test_count_tokens_grows_with_the_system_prompt(client: anthropic.Anthropic):
         model="smollm2", system="You answer in French, always.", messages=FRANCE
     ).input_tokens
     assert bare > 10 and with_system != bare
+
+
+def test_message_start_already_reports_the_cached_part_of_the_prompt(client: anthropic.Anthropic):
+    """The prefix lookup happens when the request takes its row, before `message_start` is sent: the
+    split it reports is the one `message_delta` reports at the end (Claude Code reads both)."""
+    rules = "\n".join(f"Rule {i}: keep every answer short and plain." for i in range(12))
+
+    def stream_usages(question: str):
+        messages = [{"role": "user", "content": question}]
+        with client.messages.stream(
+            model="smollm2", max_tokens=4, extra_body=GREEDY, system=rules, messages=messages
+        ) as stream:
+            events = list(stream)
+        (start,) = [e.message.usage for e in events if e.type == "message_start"]
+        (delta,) = [e.usage for e in events if e.type == "message_delta"]
+        return start, delta
+
+    stream_usages("Name a colour.")  # leaves the system prompt in the prefix pool
+    start, delta = stream_usages("Name a fruit.")
+
+    assert start.cache_read_input_tokens > 0
+    assert start.cache_read_input_tokens == delta.cache_read_input_tokens
+    assert start.input_tokens == delta.input_tokens

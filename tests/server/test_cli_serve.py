@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,7 +76,8 @@ def headless(tmp_path: Path):
 
 
 def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
-    _url, port, process = headless
+    url, port, process = headless
+    assert httpx.get(url + "/api/tags", timeout=10).status_code == 200
     assert kinfer("ps", "--port", str(port), home=tmp_path).stdout.strip() == "no model loaded"
     reply = kinfer("run", "smollm2", "What is the capital of France?", "--port", str(port), home=tmp_path)
     assert reply.returncode == 0, reply.stderr
@@ -87,6 +89,14 @@ def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
     output = process.stdout.read()
     assert f"kinfer listening on http://127.0.0.1:{port}" in output
     assert "default model: smollm2:135m (bundled)" in output
+    # one line per request, as Ollama's and llama-server's logs have; a chat with its tokens
+    assert re.search(r'kinfer\.requests: 127\.0\.0\.1 "GET /api/tags" 200 ollama \d+ms', output), output
+    chat = re.search(
+        r'"POST /api/chat" 200 ollama smollm2:135m prompt=(\d+) cached=(\d+) generated=(\d+) (\w+) [\d.]+m?s',
+        output,
+    )
+    assert chat, output
+    assert int(chat[1]) > 0 and int(chat[3]) > 0 and chat[4] in ("stop", "length")
 
 
 def test_run_starts_a_server_when_none_answers(tmp_path: Path):

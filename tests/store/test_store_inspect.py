@@ -28,8 +28,9 @@ def test_the_bundled_smollm2(kinfer_home: Path, smollm2_gguf: Path) -> None:
     assert details.vocab_size == 49152
     assert details.has_chat_template and "<|im_start|>" in details.chat_template
     assert not details.thinking
-    assert details.tool_format == "none"
-    assert details.capabilities == ("completion",)
+    # its template never reads `tools`: kinfer writes the tool prompt itself, so tools work
+    assert details.tool_format == "default"
+    assert details.capabilities == ("completion", "tools")
     assert details.files[0].path == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert details.kind == "bundled"
 
@@ -64,7 +65,7 @@ def test_a_split_gguf_counts_every_shard(store: Store) -> None:
 @pytest.mark.parametrize(
     ("template_file", "thinking", "tool_format"),
     [
-        ("smollm2-135m-instruct.jinja", False, "none"),
+        ("smollm2-135m-instruct.jinja", False, "default"),
         ("llama-3.2-3b-instruct.jinja", False, "none"),
         ("qwen3-0.6b.jinja", True, "hermes"),
         ("qwen3.5-4b.jinja", True, "qwen3_5_xml"),
@@ -90,7 +91,7 @@ def test_no_template(store: Store) -> None:
 
     assert details.chat_template is None
     assert not details.has_chat_template
-    assert details.tool_format == "none"
+    assert details.tool_format == "default"  # the ChatML fallback with kinfer's tool prompt
 
 
 def test_an_mlx_folder(store: Store) -> None:
@@ -141,7 +142,8 @@ def test_to_dict_is_json(store: Store, pull_gguf) -> None:
 
     assert data["architecture"] == "llama"
     assert data["files"] == [{"path": "model.gguf", "size": model.path.stat().st_size}]
-    assert data["capabilities"] == ["completion"]
+    assert data["capabilities"] == ["completion", "tools"]  # plain ChatML: kinfer's tool prompt
+    assert data["tool_format"] == "default"
     assert data["parameter_label"] == "22.7K"
 
 

@@ -58,7 +58,7 @@ def main(target: Path) -> None:
     with tempfile.TemporaryDirectory() as home:
         settings = server_settings(Path(home), parallel=4, ctx=2048)
         with running_server(settings) as server:
-            source = Recorder(LiveSource(server.runtime.scheduler))
+            source = Recorder(LiveSource(server.runtime.scheduler, server.runtime.requests))
 
             async def sample():
                 return source()

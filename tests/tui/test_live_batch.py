@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 from pathlib import Path
@@ -13,14 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kinfer.request_log import LOGGER_NAME as REQUEST_LOGGER
 from kinfer.runtime import Runtime
 from kinfer.server.http import bind_socket
 from kinfer.tui.app import KinferDashboard
 from kinfer.tui.live import LiveSource
+from kinfer.tui.log_capture import QueueLogHandler
 from kinfer.tui.server_task import ServerTask
 from kinfer.tui.widgets.batch_table import BatchTable
 from kinfer.tui.widgets.model_table import ModelTable
-from kinfer.tui.widgets.request_log import RequestLog
+from kinfer.tui.widgets.request_log import RequestLog, entry_line
 from tests.live_server import server_settings
 from tests.scripted_engine import ScriptedEngine
 
@@ -48,7 +51,7 @@ def make_dashboard(home: Path, rows: int) -> tuple[KinferDashboard, socket.socke
     )
     sock = bind_socket("127.0.0.1", 0)
     app = KinferDashboard(
-        source=LiveSource(runtime.scheduler),
+        source=LiveSource(runtime.scheduler, runtime.requests),
         store=runtime.store,
         scheduler=runtime.scheduler,
         server=ServerTask(runtime, sock),
@@ -181,3 +184,52 @@ async def test_a_burst_of_64_streams_is_served_and_shown(kinfer_home: Path) -> N
         assert pilot.app.tick_failures == 0
         await pilot.press("q")
     sock.close()
+
+
+async def test_the_request_pane_shows_every_request_not_only_generations(dashboard: KinferDashboard) -> None:
+    """A `GET /api/tags` or a refused request is a line of its own, with its status, as in the
+    headless log; a generation shows its tokens."""
+    async with dashboard.run_test(size=(120, 36)) as pilot:
+        async with httpx.AsyncClient(timeout=WAIT_S) as client:
+            assert (await client.get(dashboard.url + "/api/tags")).status_code == 200
+            assert (await client.post(dashboard.url + "/api/show", json={"model": "nope"})).status_code == 404
+        await chat(dashboard.url, "hello")
+        log = pilot.app.query_one(RequestLog)
+        await until(pilot, lambda: len(log.entries) == 3, "three lines in the request log")
+
+        tags, missing, chatted = log.entries
+        assert (tags.method, tags.path, tags.status, tags.dialect, tags.finish) == (
+            "GET",
+            "/api/tags",
+            200,
+            "ollama",
+            "",
+        )
+        assert (missing.path, missing.status) == ("/api/show", 404)
+        assert (chatted.path, chatted.status, chatted.finish, chatted.generated) == (
+            "/api/chat",
+            200,
+            "stop",
+            len(REPLY),
+        )
+        shown = [entry_line(entry).plain for entry in log.entries]
+        assert "200" in shown[0] and shown[0].endswith("GET /api/tags")
+        assert "404" in shown[1] and shown[1].endswith("POST /api/show")
+        assert shown[2].endswith("smollm2:135m") and "stop" in shown[2]
+        await pilot.press("q")
+
+
+async def test_the_request_log_lines_are_not_shown_twice() -> None:
+    """The pane shows requests as entries; the same requests' log lines stay out of its log lines."""
+    handler = QueueLogHandler(skip=(REQUEST_LOGGER,))
+
+    def record(name: str, level: int, text: str) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 0, text, None, None)
+
+    handler.handle(record(REQUEST_LOGGER, logging.INFO, '127.0.0.1 "GET /api/tags" 200 ollama 2ms'))
+    handler.handle(record("kinfer.scheduler", logging.INFO, "loaded smollm2:135m"))
+    handler.handle(record(REQUEST_LOGGER, logging.ERROR, "a request-log listener failed"))
+    assert [line.text for line in handler.drain()] == [
+        "loaded smollm2:135m",
+        "error: kinfer.requests: a request-log listener failed",  # trouble is always shown
+    ]

@@ -7,6 +7,7 @@ and look at the SVGs in snapshots/test_snapshots/ before committing.
 from __future__ import annotations
 
 from kinfer.store.progress import PullProgress
+from kinfer.tui.sample import DashboardSample, LogEntry
 from kinfer.tui.widgets.pull_panel import PullPanel
 from tests.tui.conftest import idle_sample, recorded_app
 
@@ -41,6 +42,31 @@ def test_dashboard_under_load(snap_compare, store, burst, utc) -> None:
 def test_dashboard_under_load_at_80x24(snap_compare, store, burst, utc) -> None:
     """The smallest terminal we support still shows every panel."""
     assert snap_compare(recorded_app(burst, store), terminal_size=(80, 24), run_before=replay_all(burst))
+
+
+def test_request_pane_lists_every_request(snap_compare, store, utc) -> None:
+    """Requests that generate nothing (a model list, a refusal) show their status, method and path."""
+    first = idle_sample()
+    at = first.taken_at
+    entries = (
+        LogEntry(at - 3, "", "ollama", "", 0, 0, "", 0.002, "GET", "/api/tags", 200),
+        LogEntry(at - 2, "", "openai", "smollm2:135m", 0, 0, "", 0.001, "POST", "/v1/chat/completions", 400),
+        LogEntry(
+            at - 1,
+            "chatcmpl-1",
+            "openai",
+            "smollm2:135m",
+            45,
+            20,
+            "stop",
+            1.2,
+            "POST",
+            "/v1/chat/completions",
+            200,
+        ),
+    )
+    samples = [first, DashboardSample(scheduler=first.scheduler, system=first.system, finished=entries)]
+    assert snap_compare(recorded_app(samples, store), terminal_size=(120, 36), run_before=replay_all(samples))
 
 
 def test_dashboard_during_a_pull(snap_compare, store, utc) -> None:

@@ -174,8 +174,11 @@ class LlamaEngine:
         return self._vocab.tokenize(text)
 
     def detokenize(self, tokens: list[int]) -> str:
-        """Text of the tokens, special tokens included."""
+        """Text of the tokens, special tokens included. An id outside the vocabulary is refused here:
+        llama.cpp would abort the process on it (ids can come from a client, as Ollama's `context`)."""
         self._check_open()
+        if tokens and not 0 <= min(tokens) <= max(tokens) < self._vocab.n_tokens:
+            raise InvalidRequest(f"token ids must be in 0..{self._vocab.n_tokens - 1}")
         return self._vocab.detokenize(list(tokens))
 
     def _check_open(self) -> None:
@@ -193,8 +196,9 @@ class LlamaEngine:
     def has_work(self) -> bool:
         return bool(self._rows or self._finished)
 
-    def submit(self, job: GenerationJob) -> None:
-        """Give the job a row, adopting the longest saved prefix of its prompt from the pool."""
+    def submit(self, job: GenerationJob) -> int:
+        """Give the job a row, adopting the longest saved prefix of its prompt from the pool; returns
+        how many prompt tokens were adopted."""
         self._check_open()
         if job.job_id in self._rows:
             raise InvalidRequest(f"job {job.job_id} is already running")
@@ -222,6 +226,7 @@ class LlamaEngine:
             for token in job.prompt[-window:]:
                 native.sampler_accept(sampler, token)
         self._rows[job.job_id] = row
+        return row.reused
 
     def cancel(self, job_id: str) -> None:
         """Free the job's row now (prefilling or generating); the next step reports it cancelled."""

@@ -166,7 +166,8 @@ class MlxEngine:
     def has_work(self) -> bool:
         return bool(self._rows) or self._inflight is not None or bool(self._finished_early)
 
-    def submit(self, job: GenerationJob) -> None:
+    def submit(self, job: GenerationJob) -> int:
+        """Give the job a row, adopting a saved prefix; returns how many prompt tokens were adopted."""
         if job.job_id in self._rows:
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
@@ -177,7 +178,7 @@ class MlxEngine:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
         if job.max_tokens <= 0:
             self._finished_early.append(JobUpdate(job.job_id, finish="length"))
-            return
+            return 0
         try:
             slot = self._slots.index(None)
         except ValueError:
@@ -194,6 +195,7 @@ class MlxEngine:
         if needs_penalties(job.sampling):
             self._init_history(row)
         self._batch.changed()
+        return row.reused
 
     def cancel(self, job_id: str) -> None:
         row = self._rows.get(job_id)

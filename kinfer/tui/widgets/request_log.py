@@ -1,5 +1,7 @@
-"""One line per finished request (time, dialect, prompt+generated tokens, finish, duration, model),
-and the server's log messages."""
+"""One line per finished HTTP request, and the server's log messages.
+
+A generation shows its time, dialect, prompt+generated tokens, finish, duration and model; any other
+request (`GET /api/tags`, a refusal) its time, dialect, status, duration, method and path."""
 
 from __future__ import annotations
 
@@ -18,14 +20,26 @@ FINISH_STYLES = {"stop": "green", "length": "yellow", "tool_calls": "cyan", "can
 
 def entry_line(entry: LogEntry) -> Text:
     line = Text(no_wrap=True, overflow="ellipsis")
-    # the model goes last: it is the longest field and, with one model loaded, the least telling
+    # the model (or path) goes last: it is the longest field and, with one model loaded, the least telling
     line.append(fmt.clock(entry.finished_at), style="dim")
     line.append(f" {entry.dialect:<9}")
+    if not entry.finish:
+        # no tokens to show: the status, then the path, which is what tells these lines apart
+        line.append(f" {entry.status or '-':>3}", style=status_style(entry.status))
+        line.append(f" {fmt.seconds(entry.duration):>5}", style="dim")
+        line.append(f" {entry.method} {entry.path}")
+        return line
     line.append(f" {fmt.tokens(entry.prompt_tokens) + '+' + fmt.tokens(entry.generated):>7}")
     line.append(f" {entry.finish:<6}", style=FINISH_STYLES.get(entry.finish, "bold red"))
     line.append(f" {fmt.seconds(entry.duration):>5}", style="dim")
     line.append(f" {entry.model}", style="bold")
     return line
+
+
+def status_style(status: int) -> str:
+    if status >= 500 or not status:
+        return "bold red"
+    return "yellow" if status >= 400 else "green"
 
 
 def log_line(record: LogLine) -> Text:
