@@ -33,6 +33,7 @@ def sha256(data: bytes) -> str:
 def fetched(hub: HubServer) -> set[str]:
     """Repo paths whose bytes the hub sent (LFS files come from /_cdn/, small ones from /resolve/)."""
     paths = set()
+    hub.settle()
     for r in hub.requests:
         if r.method != "GET" or r.status not in (200, 206):
             continue
@@ -298,6 +299,7 @@ def test_a_safetensors_repo_mlx_cannot_serve_suggests_gguf_conversions(
     assert "bert" in refused.value.message
     assert refused.value.suggestions == ("someone/tiny-bert-GGUF",)
     assert "kinfer pull someone/tiny-bert-GGUF" in refused.value.message
+    hub.settle()
     assert not any(r.path.endswith(".safetensors") for r in hub.requests)
 
 
