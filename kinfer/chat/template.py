@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kinfer.chat.inline_system import fold_inline_system, inline_system_messages
 from kinfer.chat.jinja_env import render_template
 from kinfer.chat.traits import TemplateTraits, analyze_template
 from kinfer.errors import InvalidRequest
@@ -87,7 +88,6 @@ def render_prompt(
 
     source = template if template is not None else CHATML_TEMPLATE
     label = f"the chat template of {name}" if name else "the chat template"
-    messages = [message_to_hf(m) for m in request.messages]
     variables: dict[str, Any] = {
         "bos_token": bos_token,
         "eos_token": eos_token,
@@ -107,6 +107,7 @@ def render_prompt(
             label=label,
         )
 
+    messages = _place_inline_system(request.messages, render, label)
     text = render(messages, True)
     # The generation prompt is what the full render adds to the bare conversation; think markers are
     # looked for only there, so a "<think>" quoted in an old message cannot flip the mode.
@@ -115,6 +116,25 @@ def render_prompt(
     text = _apply_think_mode(text, prompt_tail_at, request, traits)
     starts_in_thinking = _ends_in_open_think(text[prompt_tail_at:], traits)
     return RenderedPrompt(text, starts_in_thinking, _checkpoints(text, messages, render), traits)
+
+
+def _place_inline_system(messages: tuple[Message, ...], render: Any, label: str) -> list[dict[str, Any]]:
+    """The messages for the template: system messages after the first turn stay where they are if the
+    template renders them there, and are folded into user turns if it refuses or drops them."""
+    inline = inline_system_messages(messages)
+    kept = [message_to_hf(m) for m in messages]
+    if not inline:
+        return kept
+    try:
+        text = render(kept, True)
+    except InvalidRequest as exc:
+        reason = str(exc)
+    else:
+        if all(m.content.strip() in text for m in inline):
+            return kept
+        reason = "it leaves them out"
+    log.debug("%s cannot take system messages after the first turn (%s): folding them", label, reason)
+    return [message_to_hf(m) for m in fold_inline_system(messages)]
 
 
 def message_to_hf(message: Message) -> dict[str, Any]:
