@@ -11,7 +11,7 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
-from kinfer.errors import KinferError
+from kinfer.errors import EngineFailure, KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
     Done,
@@ -26,7 +26,7 @@ from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,25 @@ def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     return data
 
 
+def context_length_message(error: PromptTooLong, what: str) -> str:
+    """OpenAI's own wording, which LangChain, LiteLLM and friends recognise, and why the limit is."""
+    why = f" ({error.why})" if error.why else ""
+    return (
+        f"This model's maximum context length is {error.limit} tokens. However, your {what} resulted in "
+        f"{error.prompt_tokens} tokens. Please reduce the length of the {what}.{why}"
+    )
+
+
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
-    if isinstance(error, KinferError):
-        body = {"message": error.message, "type": error.kind, "param": None, "code": error.status}
-        return {"error": body}, error.status
-    return {"error": {"message": str(error), "type": "server_error", "param": None, "code": 500}}, 500
+    """OpenAI's envelope: `{"error": {"message", "type", "param", "code"}}`, `code` a string or null."""
+    if not isinstance(error, KinferError):
+        error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
+    message, param = error.message, None
+    if isinstance(error, PromptTooLong):
+        param = "prompt" if error.raw_prompt else "messages"
+        message = context_length_message(error, param)
+    body = {"message": message, "type": openai_type(error), "param": param, "code": error.code}
+    return {"error": body}, error.status
 
 
 async def chat_completion_stream(

@@ -17,7 +17,7 @@ from typing import Any
 from quart import Blueprint, Response, current_app, jsonify
 from quart.blueprints import BlueprintSetupState
 
-from kinfer.errors import EngineFailure, InvalidRequest, KinferError
+from kinfer.errors import EngineFailure, InvalidRequest, KinferError, PromptTooLong
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
@@ -40,7 +40,7 @@ from kinfer.server.responses_wire import (
     tool_json,
 )
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ def to_request(wire: ResponsesBody, response_id: str) -> tuple[ChatRequest, tupl
         max_tokens=wire.max_output_tokens,
         think=think,
         think_level=level,
+        truncation="drop_oldest" if wire.truncation == "auto" else "error",
         dialect="responses",
         request_id=response_id,
     )
@@ -133,6 +134,7 @@ def context_of(wire: ResponsesBody, response_id: str, model: str) -> ResponseCon
         store=wire.store,
         metadata=wire.metadata or {},
         user=wire.user,
+        truncation=wire.truncation or "disabled",
     )
 
 
@@ -142,12 +144,15 @@ def context_of(wire: ResponsesBody, response_id: str, model: str) -> ResponseCon
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
     if not isinstance(error, KinferError):
         error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
-    body = {
-        "message": error.message,
-        "type": error.kind,
-        "param": getattr(error, "param", None),
-        "code": getattr(error, "code", None) or error.status,
-    }
+    message, param = error.message, getattr(error, "param", None)
+    if isinstance(error, PromptTooLong):
+        # the Responses API's own wording; Codex stops at once on this code (it retries a 413)
+        message = (
+            "Your input exceeds the context window of this model. Please adjust your input and try "
+            f"again. ({error.message})"
+        )
+        param = "input"
+    body = {"message": message, "type": openai_type(error), "param": param, "code": error.code}
     return {"error": body}, error.status
 
 

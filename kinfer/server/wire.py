@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from quart import request
 
-from kinfer.errors import InvalidRequest
+from kinfer.errors import InvalidRequest, KinferError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ OPENAI_ERROR_SCHEMA: dict[str, Any] = {
                 "message": {"type": "string"},
                 "type": {"type": "string"},
                 "param": {"type": ["string", "null"]},
-                "code": {"type": ["integer", "string", "null"]},
+                "code": {"type": ["string", "null"]},
             },
         }
     },
@@ -63,6 +63,12 @@ def tool_choice_mode(choice: str) -> str:
     if choice not in ("auto", "none", "required"):
         raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
     return choice
+
+
+def openai_type(error: KinferError) -> str:
+    """The error's `type` in both OpenAI dialects: an unknown model or route is an
+    `invalid_request_error` there (with a 404), where Anthropic says `not_found_error`."""
+    return "invalid_request_error" if error.kind == "not_found_error" else error.kind
 
 
 def describe_validation_error(exc: ValidationError) -> str:
