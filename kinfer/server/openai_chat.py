@@ -26,7 +26,7 @@ from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, openai_type, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +63,6 @@ def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     if index is not None:
         data = {"index": index, **data}
     return data
-
-
-def context_length_message(error: PromptTooLong, what: str) -> str:
-    """OpenAI's own wording, which LangChain, LiteLLM and friends recognise, and why the limit is."""
-    why = f" ({error.why})" if error.why else ""
-    return (
-        f"This model's maximum context length is {error.limit} tokens. However, your {what} resulted in "
-        f"{error.prompt_tokens} tokens. Please reduce the length of the {what}.{why}"
-    )
 
 
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:

@@ -40,7 +40,7 @@ from kinfer.server.responses_wire import (
     tool_json,
 )
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, openai_type, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +146,8 @@ def error_json(error: Exception) -> tuple[dict[str, Any], int]:
         error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
     message, param = error.message, getattr(error, "param", None)
     if isinstance(error, PromptTooLong):
-        # the Responses API's own wording; Codex stops at once on this code (it retries a 413)
-        message = (
-            "Your input exceeds the context window of this model. Please adjust your input and try "
-            f"again. ({error.message})"
-        )
-        param = "input"
+        # Codex stops at once on this code (it retries a 413); the wording is OpenAI's
+        message, param = context_length_message(error, "input"), "input"
     body = {"message": message, "type": openai_type(error), "param": param, "code": error.code}
     return {"error": body}, error.status
 

@@ -44,7 +44,7 @@ def test_openai_chat_says_context_length_exceeded(server):
         "messages",
     )
     assert error.body["message"].startswith(
-        "This model's maximum context length is 300 tokens. However, your messages resulted in "
+        "Input tokens exceed the configured limit of 300 tokens. Your messages resulted in "
     )
 
 
@@ -58,7 +58,7 @@ def test_responses_refuses_by_default_with_the_code_codex_stops_on(server):
     with pytest.raises(openai.BadRequestError) as refused:
         client(server).responses.create(model="smollm2", input=TOO_LONG)
     assert (refused.value.code, refused.value.param) == ("context_length_exceeded", "input")
-    assert "exceeds the context window" in refused.value.body["message"]
+    assert "Your input resulted in" in refused.value.body["message"]
 
 
 def test_responses_truncation_auto_drops_the_oldest_items_but_not_the_instructions(server):

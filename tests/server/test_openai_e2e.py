@@ -153,5 +153,5 @@ def test_a_prompt_that_cannot_fit_is_a_400_context_length_exceeded(client: opena
         )
     assert refused.value.code == "context_length_exceeded"
     assert refused.value.param == "messages"
-    assert "maximum context length is 4096 tokens" in refused.value.message
+    assert "Input tokens exceed the configured limit of 4096 tokens" in refused.value.message
     assert "--ctx" in refused.value.message  # what sets the limit, and what would raise it
