@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.live_server import LiveServer
+
 REPO = Path(__file__).resolve().parents[2]
 AGENTS_DIR = REPO / ".venv" / "agents"  # scripts/setup.sh test: npm install --prefix .venv/agents
 CLAUDE_CODE = "@anthropic-ai/claude-code"
@@ -33,6 +35,13 @@ def agent_binary(name: str) -> Path:
     if not path.exists():
         pytest.fail(f"{path} is missing: run scripts/setup.sh test (it installs the pinned agent CLIs)")
     return path
+
+
+def finished_requests(server: LiveServer) -> list[str]:
+    """Ids of the generation requests the scheduler finishes from now on, answered or refused."""
+    seen: list[str] = []
+    server.runtime.scheduler.listeners.append(lambda stream: seen.append(stream.job_id))
+    return seen
 
 
 def _base_env(home: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.live_server import LiveServer
-from tests.server.agent_clis import run_claude
+from tests.server.agent_clis import finished_requests, run_claude
 from tests.server.dialect_helpers import template
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,14 @@ THOUGHT = "The user wants a command run.\n</think>\n\n"
 BASH_CALL = '<tool_call>\n{"name": "Bash", "arguments": {"command": "echo kinfer-ok"}}\n</tool_call>'
 
 
-def count_requests(server: LiveServer) -> list[str]:
-    """Ids of the requests the server finished (answered or refused), from now on."""
-    seen: list[str] = []
-    server.runtime.scheduler.listeners.append(lambda stream: seen.append(stream.job_id))
-    return seen
+def assert_system_turn_after_the_user_turn(prompt: str) -> None:
+    """Its agent and skill lists came as a system message after the user's turn and went into the
+    prompt as a system turn of their own, there. (Refused with a 400, Claude Code 2.1.332 sends the
+    request again with that text moved into the user's turn instead.)"""
+    user_at = prompt.index("<|im_start|>user\n")
+    system_at = prompt.find("<|im_start|>system\n# Environment")
+    assert user_at < system_at < prompt.rindex("<|im_start|>assistant\n"), prompt[-3000:]
+    assert "Available agent types for the Agent tool" in prompt[system_at:]
 
 
 def test_a_default_turn_with_its_mid_conversation_system_message_is_answered(scripted, tmp_path: Path):
@@ -39,13 +42,8 @@ def test_a_default_turn_with_its_mid_conversation_system_message_is_answered(scr
     reply = result.json
     assert not reply["is_error"], reply
     assert reply["result"] == "Hi from kinfer."
-    # its agent and skill lists came as a system message after the user's turn, and went into the
-    # prompt as a system turn of their own, after it
-    prompt = s.prompts[0]
-    user_at = prompt.index("<|im_start|>user\n")
-    system_at = prompt.index("<|im_start|>system\n# Environment")
-    assert user_at < system_at < prompt.rindex("<|im_start|>assistant\n")
-    assert "Available agent types for the Agent tool" in prompt[system_at:]
+    assert len(s.prompts) == 1
+    assert_system_turn_after_the_user_turn(s.prompts[0])
 
 
 def test_a_bash_tool_round_trip(scripted, tmp_path: Path):
@@ -66,12 +64,13 @@ def test_a_bash_tool_round_trip(scripted, tmp_path: Path):
     assert reply["num_turns"] == 2
     assert len(s.prompts) == 2
     assert '"name": "Bash"' in s.prompts[1] and "<tool_response>\nkinfer-ok" in s.prompts[1]
+    assert_system_turn_after_the_user_turn(s.prompts[0])
 
 
 def test_on_the_bundled_model_it_shows_prompt_is_too_long(smol_server: LiveServer, tmp_path: Path):
     """Its default prompt does not fit SmolLM2's row: one 400 in Anthropic's words, which Claude Code
     turns into its own "Prompt is too long" (a 413 would read "Request too large")."""
-    requests = count_requests(smol_server)
+    requests = finished_requests(smol_server)
     result = run_claude(smol_server.url, "Say hi", home=tmp_path)
     reply = result.json
     assert reply["is_error"] and reply["api_error_status"] == 400, reply

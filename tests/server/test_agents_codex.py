@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.live_server import LiveServer
-from tests.server.agent_clis import run_codex
+from tests.server.agent_clis import finished_requests, run_codex
 from tests.server.dialect_helpers import template
 
 pytestmark = pytest.mark.slow
@@ -25,13 +25,6 @@ QWEN3 = template("qwen3-0.6b.jinja")
 SHELL_CALL = "<tool_call>\n" + json.dumps({"name": "exec_command", "arguments": {"cmd": "echo kinfer-ok"}})
 SHELL_CALL += "\n</tool_call>"
 CONTEXT_WINDOW_MESSAGE = "ran out of room in the model's context window"
-
-
-def count_requests(server: LiveServer) -> list[str]:
-    """Ids of the requests the server finished (answered or refused), from now on."""
-    seen: list[str] = []
-    server.runtime.scheduler.listeners.append(lambda stream: seen.append(stream.job_id))
-    return seen
 
 
 def test_a_turn_is_answered(scripted, tmp_path: Path):
@@ -65,7 +58,7 @@ def test_a_shell_tool_round_trip(scripted, tmp_path: Path):
 def test_on_the_bundled_model_one_request_then_its_context_window_message(
     smol_server: LiveServer, tmp_path: Path
 ):
-    requests = count_requests(smol_server)
+    requests = finished_requests(smol_server)
     result = run_codex(smol_server.url, "Say hi", home=tmp_path)
     assert result.returncode != 0
     assert CONTEXT_WINDOW_MESSAGE in result.stderr + result.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import anthropic
+import httpx
 import ollama
 import openai
 import pytest
@@ -42,9 +43,9 @@ def test_the_anthropic_sdk_raises_bad_request_saying_prompt_is_too_long(smol_ser
 
 def test_the_ollama_sdk_gets_an_answer_to_the_newest_turns(smol_server: LiveServer):
     history = []
-    for n in range(40):  # ~6,000 tokens of old conversation before the question
+    for n in range(60):  # ~7,000 tokens of old conversation before the question
         history += [
-            {"role": "user", "content": f"Note {n}: " + "the sky was grey that day " * 6},
+            {"role": "user", "content": f"Note {n}: " + "the sky was grey, the sea was calm that day " * 5},
             {"role": "assistant", "content": f"Noted ({n})."},
         ]
     messages = [
@@ -52,9 +53,12 @@ def test_the_ollama_sdk_gets_an_answer_to_the_newest_turns(smol_server: LiveServ
         *history,
         {"role": "user", "content": "What is the capital of France?"},
     ]
-    reply = ollama.Client(host=smol_server.url).chat(
-        model="smollm2", messages=messages, options={"temperature": 0, "num_predict": 8}
-    )
+    options = {"temperature": 0, "num_predict": 8}
+    # the whole conversation does not fit (the SDK has no `truncate` argument yet: plain HTTP)
+    body = {"model": "smollm2", "messages": messages, "options": options, "stream": False, "truncate": False}
+    whole = httpx.post(smol_server.url + "/api/chat", json=body, timeout=120)
+    assert whole.status_code == 400 and "exceeds the context length" in whole.json()["error"]
+    reply = ollama.Client(host=smol_server.url).chat(model="smollm2", messages=messages, options=options)
     assert reply.done and reply.message.content
     assert 0 < reply.prompt_eval_count < 4096
 
