@@ -107,8 +107,7 @@ def render_prompt(
             label=label,
         )
 
-    messages = _place_inline_system(request.messages, render, label)
-    text = render(messages, True)
+    messages, text = _place_inline_system(request.messages, render, label)
     # The generation prompt is what the full render adds to the bare conversation; think markers are
     # looked for only there, so a "<think>" quoted in an old message cannot flip the mode.
     base = _try_render(render, messages)
@@ -118,23 +117,27 @@ def render_prompt(
     return RenderedPrompt(text, starts_in_thinking, _checkpoints(text, messages, render), traits)
 
 
-def _place_inline_system(messages: tuple[Message, ...], render: Any, label: str) -> list[dict[str, Any]]:
-    """The messages for the template: system messages after the first turn stay where they are if the
-    template renders them there, and are folded into user turns if it refuses or drops them."""
+def _place_inline_system(
+    messages: tuple[Message, ...], render: Any, label: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The messages for the template, and their rendering with the generation prompt: system messages
+    after the first turn stay where they are if the template renders them there, and are folded into
+    user turns if it refuses or drops them."""
     inline = inline_system_messages(messages)
     kept = [message_to_hf(m) for m in messages]
     if not inline:
-        return kept
+        return kept, render(kept, True)
     try:
         text = render(kept, True)
     except InvalidRequest as exc:
         reason = str(exc)
     else:
         if all(m.content.strip() in text for m in inline):
-            return kept
+            return kept, text
         reason = "it leaves them out"
     log.debug("%s cannot take system messages after the first turn (%s): folding them", label, reason)
-    return [message_to_hf(m) for m in fold_inline_system(messages)]
+    folded = [message_to_hf(m) for m in fold_inline_system(messages)]
+    return folded, render(folded, True)
 
 
 def message_to_hf(message: Message) -> dict[str, Any]:

@@ -127,10 +127,10 @@ def limit_reason(info: ModelInfo) -> str:
         return f"{row}: all {trained} the model was trained for, so a larger --ctx would not help"
     if trained:
         return (
-            f"{row}, as --ctx (or Ollama's num_ctx) set it; the model was trained for {trained}, "
-            f"so restarting kinfer with a larger --ctx (up to {trained}) would fit more"
+            f"{row}, the size kinfer's --ctx (or Ollama's num_ctx) gives a row; the model was trained for "
+            f"{trained}, so restarting kinfer with a larger --ctx (up to {trained}) would fit more"
         )
-    return f"{row}, as --ctx (or Ollama's num_ctx) set it"
+    return f"{row}, the size kinfer's --ctx (or Ollama's num_ctx) gives a row"
 
 
 def _too_long(info: ModelInfo, attempt: _Attempt, *, truncated: bool) -> PromptTooLong:
