@@ -64,6 +64,10 @@ class Sampling:
 
 
 ThinkLevel = Literal["low", "medium", "high"]
+# What to do with a prompt longer than a row holds: refuse it ("error": OpenAI, Anthropic, Responses'
+# truncation "disabled"), or drop the oldest turns until it fits, keeping every system message
+# ("drop_oldest": Ollama's default, Responses' truncation "auto").
+Truncation = Literal["error", "drop_oldest"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class ChatRequest:
     `stop`: strings that end the reply. They are matched by the engine on everything the model
     generates, thinking and tool-call markup included (the think splitter runs later, on the event
     loop); the matched string and what follows it are never sent, and `Done.stop_string` names it.
+    `truncation`: see `Truncation`; applied where the prompt is rendered and tokenized.
     `context`: token ids of an earlier exchange (Ollama's /api/generate `context`), read back as text
     ahead of the rendered prompt.
     `return_context`: when the reply ends, tokenize prompt and reply together (Ollama's `context`,
@@ -98,6 +103,7 @@ class ChatRequest:
     keep_alive: float | None = None
     num_ctx: int | None = None
     ignore_eos: bool = False
+    truncation: Truncation = "error"
     dialect: str = "openai"
     request_id: str = ""
     context: tuple[int, ...] = ()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install kinfer into ./.venv on a fresh machine.
 #   scripts/setup.sh          kinfer and the bundled model
-#   scripts/setup.sh test     the same plus the test tools (pytest, the openai/anthropic/ollama SDKs)
+#   scripts/setup.sh test     the same plus the test tools (pytest, the SDKs, and, where node and npm
+#                             exist, the pinned Claude Code and Codex CLIs in .venv/agents)
 # llama-cpp-python compiles from source (~10 min on 2 cores the first time; pip caches the wheel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,5 +37,23 @@ if [ -n "${extras}" ] && ! command -v tmux >/dev/null 2>&1 && [ "$(id -u)" = "0"
     && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq tmux) >/dev/null 2>&1 \
     || echo "note: could not install tmux; the dashboard's terminal test will be skipped" >&2
+fi
+# The real agent CLIs the acceptance tests drive (tests/server/test_agents_*.py), pinned, into an
+# ignored folder; skipped when already there at these versions (the tests skip loudly without node).
+AGENT_CLIS=("@anthropic-ai/claude-code@2.1.332" "@openai/codex@0.171.0")
+agent_clis_installed() {
+  local spec name version
+  for spec in "${AGENT_CLIS[@]}"; do
+    name="${spec%@*}" version="${spec##*@}"
+    [ "$(node -p "require('./.venv/agents/node_modules/${name}/package.json').version" 2>/dev/null)" \
+      = "${version}" ] || return 1
+  done
+}
+if [ -n "${extras}" ] && command -v npm >/dev/null 2>&1 && ! agent_clis_installed; then
+  mkdir -p .venv/agents
+  npm install --prefix .venv/agents --no-audit --no-fund --save-exact --loglevel=error "${AGENT_CLIS[@]}" \
+    || echo "note: could not install the agent CLIs; their acceptance tests will fail" >&2
+elif [ -n "${extras}" ] && ! command -v npm >/dev/null 2>&1; then
+  echo "note: node/npm not found; the Claude Code and Codex acceptance tests will be skipped" >&2
 fi
 echo "kinfer installed in .venv ($(.venv/bin/python -c 'import kinfer; print(kinfer.__version__)'))"

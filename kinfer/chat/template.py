@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinfer.chat.default_tools import with_default_tool_prompt
+from kinfer.chat.inline_system import fold_inline_system, inline_system_messages
 from kinfer.chat.jinja_env import render_template
 from kinfer.chat.traits import TemplateTraits, analyze_template
 from kinfer.errors import InvalidRequest
@@ -71,7 +72,6 @@ def render_prompt(
     if traits.tool_format == "default":
         # the template would drop the tools and the calls: kinfer writes them in the Hermes way
         conversation, tools = with_default_tool_prompt(conversation, tools), []
-    messages = [message_to_hf(m) for m in conversation]
     variables: dict[str, Any] = {
         "bos_token": bos_token,
         "eos_token": eos_token,
@@ -91,7 +91,7 @@ def render_prompt(
             label=label,
         )
 
-    text = render(messages, True)
+    messages, text = _place_inline_system(conversation, render, label)
     # The generation prompt is what the full render adds to the bare conversation; think markers are
     # looked for only there, so a "<think>" quoted in an old message cannot flip the mode.
     base = _try_render(render, messages)
@@ -99,6 +99,29 @@ def render_prompt(
     text = _apply_think_mode(text, prompt_tail_at, request, traits)
     starts_in_thinking = _ends_in_open_think(text[prompt_tail_at:], traits)
     return RenderedPrompt(text, starts_in_thinking, _checkpoints(text, messages, render), traits)
+
+
+def _place_inline_system(
+    messages: tuple[Message, ...], render: Any, label: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The messages for the template, and their rendering with the generation prompt: system messages
+    after the first turn stay where they are if the template renders them there, and are folded into
+    user turns if it refuses or drops them."""
+    inline = inline_system_messages(messages)
+    kept = [message_to_hf(m) for m in messages]
+    if not inline:
+        return kept, render(kept, True)
+    try:
+        text = render(kept, True)
+    except InvalidRequest as exc:
+        reason = str(exc)
+    else:
+        if all(m.content.strip() in text for m in inline):
+            return kept, text
+        reason = "it leaves them out"
+    log.debug("%s cannot take system messages after the first turn (%s): folding them", label, reason)
+    folded = [message_to_hf(m) for m in fold_inline_system(messages)]
+    return folded, render(folded, True)
 
 
 def message_to_hf(message: Message) -> dict[str, Any]:

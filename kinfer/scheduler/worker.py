@@ -13,23 +13,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from kinfer.chat.template import RenderedPrompt, render_prompt
-from kinfer.chat.traits import TemplateTraits
-from kinfer.engines.base import Engine, EngineStats, GenerationJob, JobUpdate, ModelInfo
-from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError, PromptTooLong
-from kinfer.protocol import ChatRequest
+from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
+from kinfer.errors import Busy, EngineFailure, KinferError
 from kinfer.scheduler.jobs import Admission, Cancel, Command, Measure, PreparedJob, Shutdown
+from kinfer.scheduler.prepare import prepare_job
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.25  # how long an idle engine thread sleeps between checks of its inbox
 MAX_RELOADS = 3  # consecutive engine faults before the model is given up
 STATS_INTERVAL_S = 0.1  # how stale the published EngineStats may get while the batch runs
-# no tokenizer averages this many characters per token over a whole prompt; a longer prompt cannot
-# fit, so it is refused before tokenizing it (10 MB of text holds the engine thread ~10 s)
-MAX_CHARS_PER_TOKEN = 64
 
 
 @dataclass(frozen=True)
@@ -277,96 +272,3 @@ class EngineWorker:
         self._waiting.clear()
         self._contexts.clear()
         self.waiting_count = 0
-
-
-def prepare_job(
-    info: ModelInfo,
-    tokenize: Callable[[str], list[int]],
-    admission: Admission,
-    detokenize: Callable[[list[int]], str] | None = None,
-) -> PreparedJob:
-    """Render the request with the model's template, tokenize it and fit the reply into one row.
-
-    `detokenize` reads back the request's `context` (Ollama), which goes ahead of the rendered prompt."""
-    request = admission.request
-    rendered = render_prompt(
-        info.chat_template, request, bos_token=info.bos_token, eos_token=info.eos_token, name=info.name
-    )
-    if request.strict_capabilities:
-        check_capabilities(info.name, request, rendered.traits)
-    if request.context and detokenize is not None:
-        rendered = _after_context(rendered, request.context, info, detokenize)
-    if len(rendered.text) > info.context_length * MAX_CHARS_PER_TOKEN:
-        raise PromptTooLong(
-            f"the prompt is {len(rendered.text)} characters, far more than a row of {info.name} holds "
-            f"({info.context_length} tokens, prompt and reply together); shorten it"
-        )
-    tokens = tokenize(rendered.text)
-    if not tokens:
-        # nothing to condition on: an empty raw prompt, or a template that rendered to nothing
-        raise InvalidRequest("the prompt is empty once rendered; send some text to continue from")
-    room = info.context_length - len(tokens)
-    if room < 1:
-        raise PromptTooLong(
-            f"the prompt is {len(tokens)} tokens but a row of {info.name} holds {info.context_length} "
-            f"(prompt and reply together); shorten it or restart kinfer with a larger --ctx"
-        )
-    max_tokens = min(request.max_tokens, room) if request.max_tokens else room
-    checkpoints = _checkpoint_tokens(tokenize, rendered.text, rendered.checkpoints, tokens)
-    job = GenerationJob(
-        job_id=admission.job_id,
-        prompt=tuple(tokens),
-        sampling=request.sampling,
-        max_tokens=max_tokens,
-        stop=request.stop,
-        ignore_eos=request.ignore_eos,
-        checkpoints=checkpoints,
-    )
-    return PreparedJob(job=job, rendered=rendered, prompt_tokens=len(tokens))
-
-
-def check_capabilities(name: str, request: ChatRequest, traits: TemplateTraits) -> None:
-    """Ollama's 400 for thinking or tools the model's template cannot serve.
-
-    Tools need a template that either lets kinfer write its own tool prompt ("default") or teaches a
-    call format kinfer parses; a template that prints tools its own way (Llama 3's bare JSON) cannot."""
-    model = request.model or name  # Ollama names the model as the client did, in these words
-    if request.think and not (traits.supports_thinking or traits.has_think_switch):
-        raise InvalidRequest(f'"{model}" does not support thinking')
-    if request.tools and traits.tool_format == "none":
-        raise InvalidRequest(f"{model} does not support tools")
-
-
-def _after_context(
-    rendered: RenderedPrompt,
-    context: tuple[int, ...],
-    info: ModelInfo,
-    detokenize: Callable[[list[int]], str],
-) -> RenderedPrompt:
-    """The prompt with an earlier exchange's tokens read back as text in front of it, as Ollama does."""
-    if len(context) > info.context_length:
-        raise PromptTooLong(
-            f"context holds {len(context)} tokens but a row of {info.name} holds {info.context_length}"
-        )
-    try:
-        before = detokenize(list(context))
-    except KinferError:
-        raise
-    except Exception as exc:  # an id the vocabulary does not have
-        raise InvalidRequest(f"context: not token ids of {info.name} ({exc})") from None
-    checkpoints = tuple(len(before) + offset for offset in rendered.checkpoints)
-    return replace(rendered, text=before + rendered.text, checkpoints=checkpoints)
-
-
-def _checkpoint_tokens(
-    tokenize: Callable[[str], list[int]], text: str, offsets: tuple[int, ...], tokens: list[int]
-) -> tuple[int, ...]:
-    """Token counts of the rendered prefixes, kept only where the prefix tokenizes as a true prefix."""
-    counts = []
-    for offset in offsets:
-        if not 0 < offset < len(text):
-            continue
-        head = tokenize(text[:offset])
-        if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
-            counts.append(len(head))
-    return tuple(sorted(set(counts)))

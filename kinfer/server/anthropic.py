@@ -21,9 +21,9 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from quart import Blueprint, Response, jsonify
+from quart import Blueprint, Response, g, has_app_context, jsonify
 
-from kinfer.errors import Busy, EngineFailure, KinferError
+from kinfer.errors import Busy, EngineFailure, KinferError, PromptTooLong
 from kinfer.protocol import Delta, Done, ErrorEvent, Event, ToolCallEvent
 from kinfer.scheduler import RequestStream
 from kinfer.server.anthropic_wire import CountTokensBody, MessagesBody, to_request, tool_use_id
@@ -194,7 +194,7 @@ async def with_pings(events: AsyncIterator[Event], interval: float) -> AsyncIter
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["type", "error"],
+    "required": ["type", "error", "request_id"],
     "properties": {
         "type": {"const": "error"},
         "error": {
@@ -202,12 +202,38 @@ ERROR_SCHEMA: dict[str, Any] = {
             "required": ["type", "message"],
             "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
         },
+        "request_id": {"type": "string"},
     },
 }
 
 
-def error_body(error: Exception) -> tuple[dict[str, Any], int]:
-    """Anthropic's envelope, `{"type": "error", "error": {"type", "message"}}`, and its status."""
+def new_ids() -> tuple[str, str]:
+    """A message id and the request id that goes with it (`msg_...`, `req_...`)."""
+    token = uuid.uuid4().hex[:24]
+    return f"msg_{token}", f"req_{token}"
+
+
+def request_id() -> str:
+    """This request's `req_...` id, made on first use; every error body and header carries it."""
+    if not has_app_context():
+        return new_ids()[1]
+    if "anthropic_request_id" not in g:
+        g.anthropic_request_id = new_ids()[1]
+    return g.anthropic_request_id
+
+
+def error_message(error: KinferError) -> str:
+    if isinstance(error, PromptTooLong):
+        # Anthropic's own wording: Claude Code and the SDKs read the two numbers from it
+        maximum = max(0, error.limit - 1)  # a prompt must leave a token of the row for the reply
+        why = f" ({error.why})" if error.why else ""
+        return f"prompt is too long: {error.prompt_tokens} tokens > {maximum} maximum{why}"
+    return error.message
+
+
+def error_body(error: Exception, req_id: str) -> tuple[dict[str, Any], int]:
+    """Anthropic's envelope, `{"type": "error", "error": {"type", "message"}, "request_id"}`, and its
+    status."""
     if not isinstance(error, KinferError):
         error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
     status = OVERLOADED_STATUS if isinstance(error, Busy) else error.status
@@ -217,14 +243,16 @@ def error_body(error: Exception) -> tuple[dict[str, Any], int]:
         kind = "api_error"
     else:
         kind = ERROR_TYPES.get(status, "invalid_request_error")
-    body = {"type": "error", "error": {"type": kind, "message": error.message}}
+    body = {"type": "error", "error": {"type": kind, "message": error_message(error)}, "request_id": req_id}
     return body, status
 
 
 def error_response(error: KinferError) -> Response:
-    body, status = error_body(error)
+    req_id = request_id()
+    body, status = error_body(error, req_id)
     response = jsonify(body)
     response.status_code = status
+    response.headers["request-id"] = req_id
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
     return response
@@ -250,7 +278,8 @@ def event_sse(data: dict[str, Any]) -> str:
     return sse(data, event=data["type"])
 
 
-async def message_stream(stream: RequestStream, message_id: str, model: str) -> AsyncIterator[str]:
+async def message_stream(stream: RequestStream, ids: tuple[str, str], model: str) -> AsyncIterator[str]:
+    message_id, req_id = ids
     assembler = MessageAssembler()
     start = message_json(message_id, model, [])
     # the row was taken (wait_for_row) and the prefix pool consulted: the cached/fresh split is known
@@ -261,7 +290,7 @@ async def message_stream(stream: RequestStream, message_id: str, model: str) -> 
         if event is None:
             yield event_sse({"type": "ping"})
         elif isinstance(event, ErrorEvent):
-            yield event_sse(error_body(event.error)[0])
+            yield event_sse(error_body(event.error, req_id)[0])
             return
         elif isinstance(event, Done):
             for data in assembler.finish():
@@ -305,27 +334,28 @@ async def message_body(stream: RequestStream, message_id: str, model: str) -> di
 # ---- routes -----------------------------------------------------------------------------------
 
 
-def with_request_id(response: Response, message_id: str) -> Response:
-    response.headers["request-id"] = "req_" + message_id.removeprefix("msg_")
+def with_request_id(response: Response, req_id: str) -> Response:
+    response.headers["request-id"] = req_id
     return response
 
 
 @blueprint.post("/v1/messages")
 async def create_message() -> Response:
+    message_id, req_id = new_ids()
+    g.anthropic_request_id = req_id  # errors from here on carry the id this message would have had
     wire = await read_body(MessagesBody)
-    message_id = f"msg_{uuid.uuid4().hex[:24]}"
     request = to_request(wire, message_id)
     stream = await runtime().scheduler.submit(request)
     model = wire.model or stream.model
     if wire.stream:
-        body = message_stream(stream, message_id, model)
+        body = message_stream(stream, (message_id, req_id), model)
         await stream.wait_for_row()  # a queue timeout is still a 529, not an in-stream error
-        return with_request_id(streaming_response(stream, body, "text/event-stream"), message_id)
+        return with_request_id(streaming_response(stream, body, "text/event-stream"), req_id)
     try:
         reply = await message_body(stream, message_id, model)
     finally:
         stream.cancel()
-    return with_request_id(jsonify(reply), message_id)
+    return with_request_id(jsonify(reply), req_id)
 
 
 @blueprint.post("/v1/messages/count_tokens")

@@ -3,7 +3,10 @@
 Content blocks map onto the internal messages the chat template reads: `tool_use` blocks become the
 assistant's `tool_calls`, each `tool_result` block becomes a `tool` message (named after the call it
 answers), `thinking` blocks become the assistant's `thinking`; `redacted_thinking` is dropped (we
-cannot read it). Images and documents are refused with a 400: kinfer serves text-only models.
+cannot read it). A `system` message inside `messages` (Anthropic's mid-conversation system messages,
+which Claude Code sends after the user's turn) stays a system message where it is; the chat template
+decides how it is rendered (kinfer.chat.inline_system). Images and documents are refused with a 400:
+kinfer serves text-only models.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kinfer.server.wire import WireModel
 log = logging.getLogger(__name__)
 
 MAX_STOP_SEQUENCES = 16
+MIN_THINKING_BUDGET = 1024  # Anthropic's own floor for thinking.budget_tokens
 BLOCK_SEPARATOR = "\n\n"  # between text blocks of one message (Claude Code sends reminders as own blocks)
 MEDIA_BLOCKS = frozenset({"image", "document", "file", "container_upload"})
 EFFORT_LEVELS: dict[str, ThinkLevel] = {
@@ -55,7 +59,7 @@ class ContentBlock(WireModel):
 
 
 class WireMessage(WireModel):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
 
 
@@ -102,8 +106,9 @@ class CountTokensBody(WireModel):
 
 
 class MessagesBody(CountTokensBody):
-    """`POST /v1/messages`. `max_tokens` is required, as Anthropic requires it."""
+    """`POST /v1/messages`. `max_tokens` and at least one message are required, as Anthropic requires."""
 
+    messages: list[WireMessage] = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, ge=0, le=1)
@@ -200,6 +205,18 @@ def user_messages(blocks: list[ContentBlock], names: dict[str, str], where: str)
     return out
 
 
+def system_message(content: str | list[ContentBlock], where: str) -> Message:
+    """A mid-conversation system message: a string or text blocks."""
+    if isinstance(content, str):
+        return Message("system", strip_volatile_headers(content))
+    texts = []
+    for i, block in enumerate(content):
+        if block.type != "text":
+            raise InvalidRequest(f"{where}.content.{i}: a system message holds text blocks only")
+        texts.append(strip_volatile_headers(block.text or ""))
+    return Message("system", BLOCK_SEPARATOR.join(t for t in texts if t))
+
+
 def assistant_message(blocks: list[ContentBlock], names: dict[str, str], where: str) -> Message:
     texts: list[str] = []
     thinking: list[str] = []
@@ -233,7 +250,15 @@ def to_messages(system: str, wire: list[WireMessage]) -> tuple[Message, ...]:
     messages = [Message("system", system)] if system else []
     for n, m in enumerate(wire):
         where = f"messages.{n}"
-        if isinstance(m.content, str):
+        if m.role == "system" and n == 0:
+            # Anthropic's placement rule: the conversation opens with a user turn
+            raise InvalidRequest(
+                "messages.0.role: a system message cannot open the conversation; "
+                "put instructions for the whole conversation in the top-level `system` field"
+            )
+        if m.role == "system":
+            messages.append(system_message(m.content, where))
+        elif isinstance(m.content, str):
             messages.append(Message(m.role, m.content))
         elif m.role == "assistant":
             messages.append(assistant_message(m.content, names, where))
@@ -278,8 +303,21 @@ def think_from(thinking: ThinkingConfig | None, output: OutputConfig | None) -> 
     return think, EFFORT_LEVELS[effort]
 
 
+def check_thinking_budget(thinking: ThinkingConfig | None, max_tokens: int | None) -> None:
+    """Anthropic's rules for an explicit budget: at least 1024 tokens, and less than `max_tokens`."""
+    if thinking is None or thinking.type != "enabled" or thinking.budget_tokens is None:
+        return
+    if thinking.budget_tokens < MIN_THINKING_BUDGET:
+        raise InvalidRequest(
+            f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
+        )
+    if max_tokens is not None and thinking.budget_tokens >= max_tokens:
+        raise InvalidRequest("`max_tokens` must be greater than `thinking.budget_tokens`")
+
+
 def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
     """The internal request for `wire` (a create body, or a count_tokens body without sampling)."""
+    check_thinking_budget(wire.thinking, wire.max_tokens if isinstance(wire, MessagesBody) else None)
     think, level = think_from(wire.thinking, wire.output_config)
     choice = tool_choice_name(wire.tool_choice)
     tools = to_tools(wire.tools)

@@ -8,7 +8,7 @@ from quart import Quart, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from kinfer import __version__
-from kinfer.errors import InvalidRequest, KinferError, ModelNotFound, PromptTooLong
+from kinfer.errors import InvalidRequest, KinferError, RequestTooLarge, RouteNotFound
 from kinfer.metrics import render
 from kinfer.runtime import Runtime
 from kinfer.server.access import install_access_control
@@ -41,9 +41,9 @@ def create_app(runtime: Runtime) -> Quart:
     async def _http_error(error: HTTPException) -> Response:
         status = error.code or 500
         if status == 404:
-            wrapped: KinferError = ModelNotFound(f"no route {request.method} {request.path}")
+            wrapped: KinferError = RouteNotFound(f"no route {request.method} {request.path}")
         elif status == 413:
-            wrapped = PromptTooLong(f"the request body is larger than {runtime.settings.max_body_mb:g} MiB")
+            wrapped = RequestTooLarge(f"the request body is larger than {runtime.settings.max_body_mb:g} MiB")
         else:
             wrapped = InvalidRequest(error.description or error.name)
             wrapped.status = status

@@ -13,7 +13,7 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
-from kinfer.errors import KinferError
+from kinfer.errors import KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
     Done,
@@ -31,6 +31,7 @@ from kinfer.server.ollama_wire import (
     KeepAlive,
     NameBody,
     keep_alive_seconds,
+    require_model,
     to_chat_request,
     to_generate_request,
 )
@@ -84,8 +85,16 @@ ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+def error_message(error: KinferError) -> str:
+    if isinstance(error, PromptTooLong):
+        why = f" ({error.why})" if error.why else ""
+        size = f"{error.prompt_tokens} tokens > {error.limit}"
+        return f"the input length exceeds the context length: {size}{why}"
+    return error.message
+
+
 def error_response(error: KinferError) -> Response:
-    response = jsonify({"error": error.message})
+    response = jsonify({"error": error_message(error)})
     response.status_code = error.status
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
@@ -93,7 +102,7 @@ def error_response(error: KinferError) -> Response:
 
 
 def error_line(error: Exception) -> str:
-    return ndjson({"error": error.message if isinstance(error, KinferError) else str(error)})
+    return ndjson({"error": error_message(error) if isinstance(error, KinferError) else str(error)})
 
 
 async def chat_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
@@ -156,6 +165,7 @@ async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[st
 @blueprint.post("/api/chat")
 async def chat() -> Response:
     body = await read_body(ChatBody)
+    require_model(body)
     if not body.messages:
         return await load_or_unload(body.model, body.keep_alive, chat=True)
     stream = await runtime().scheduler.submit(to_chat_request(body, f"ollama-{uuid.uuid4().hex}"))
@@ -185,6 +195,7 @@ async def chat() -> Response:
 @blueprint.post("/api/generate")
 async def generate() -> Response:
     body = await read_body(GenerateBody)
+    require_model(body)
     if not body.prompt and not body.raw:
         return await load_or_unload(body.model, body.keep_alive, chat=False)
     stream = await runtime().scheduler.submit(to_generate_request(body, f"ollama-{uuid.uuid4().hex}"))

@@ -96,6 +96,9 @@ class ChatBody(WireModel):
     stream: bool = True
     keep_alive: KeepAlive = None
     think: Think = None
+    # Ollama drops the oldest messages of a conversation that does not fit (keeping the system
+    # messages and the newest turn); `truncate: false` refuses it with a 400 instead
+    truncate: bool | None = None
 
 
 class GenerateBody(WireModel):
@@ -112,6 +115,7 @@ class GenerateBody(WireModel):
     keep_alive: KeepAlive = None
     think: Think = None
     context: list[int] | None = None
+    truncate: bool | None = None
 
 
 class NameBody(WireModel):
@@ -160,8 +164,15 @@ def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> 
         raise InvalidRequest("images: this model reads text only")
 
 
+def require_model(body: ChatBody | GenerateBody) -> None:
+    """Ollama refuses a generation request without a model rather than guessing one."""
+    if not body.model:
+        raise InvalidRequest("model is required")
+
+
 def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, Any]:
     """The ChatRequest fields /api/chat and /api/generate fill the same way."""
+    require_model(body)
     think, level = think_fields(body.think)
     return dict(
         model=body.model,
@@ -172,6 +183,7 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
         think_level=level,
         keep_alive=keep_alive_seconds(body.keep_alive),
         num_ctx=body.options.num_ctx,
+        truncation="error" if body.truncate is False else "drop_oldest",
         dialect="ollama",
         request_id=request_id,
         strict_capabilities=True,  # Ollama refuses thinking or tools the model cannot serve

@@ -11,7 +11,7 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
-from kinfer.errors import KinferError
+from kinfer.errors import EngineFailure, KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
     Done,
@@ -26,7 +26,7 @@ from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,15 @@ def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
 
 
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
-    if isinstance(error, KinferError):
-        body = {"message": error.message, "type": error.kind, "param": None, "code": error.status}
-        return {"error": body}, error.status
-    return {"error": {"message": str(error), "type": "server_error", "param": None, "code": 500}}, 500
+    """OpenAI's envelope: `{"error": {"message", "type", "param", "code"}}`, `code` a string or null."""
+    if not isinstance(error, KinferError):
+        error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
+    message, param = error.message, None
+    if isinstance(error, PromptTooLong):
+        param = "prompt" if error.raw_prompt else "messages"
+        message = context_length_message(error, param)
+    body = {"message": message, "type": openai_type(error), "param": param, "code": error.code}
+    return {"error": body}, error.status
 
 
 async def chat_completion_stream(

@@ -19,7 +19,7 @@ from quart import Blueprint, Response, current_app, jsonify
 from quart import request as http_request
 from quart.blueprints import BlueprintSetupState
 
-from kinfer.errors import EngineFailure, InvalidRequest, KinferError
+from kinfer.errors import EngineFailure, InvalidRequest, KinferError, PromptTooLong
 from kinfer.protocol import ChatRequest, Done, ErrorEvent, Message
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
@@ -37,7 +37,7 @@ from kinfer.server.responses_store import ResponseStore, StoredResponse
 from kinfer.server.responses_tools import ToolSet, to_tools, warn_dropped
 from kinfer.server.responses_wire import InputItem, ResponsesBody, think_from, to_messages, tool_choice_name
 from kinfer.server.streaming import sse, streaming_response
-from kinfer.server.wire import OPENAI_ERROR_SCHEMA, read_body
+from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ def to_request(
         max_tokens=wire.max_output_tokens,
         think=think,
         think_level=level,
+        truncation="drop_oldest" if wire.truncation == "auto" else "error",
         dialect="responses",
         request_id=response_id,
     )
@@ -136,6 +137,7 @@ def context_of(wire: ResponsesBody, response_id: str, model: str, tools: ToolSet
         store=wire.store,
         metadata=wire.metadata or {},
         user=wire.user,
+        truncation=wire.truncation or "disabled",
     )
 
 
@@ -145,12 +147,11 @@ def context_of(wire: ResponsesBody, response_id: str, model: str, tools: ToolSet
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
     if not isinstance(error, KinferError):
         error = EngineFailure(f"internal error: {type(error).__name__}: {error}")
-    body = {
-        "message": error.message,
-        "type": error.kind,
-        "param": getattr(error, "param", None),
-        "code": getattr(error, "code", None) or error.status,
-    }
+    message, param = error.message, getattr(error, "param", None)
+    if isinstance(error, PromptTooLong):
+        # Codex stops at once on this code (it retries a 413); the wording is OpenAI's
+        message, param = context_length_message(error, "input"), "input"
+    body = {"message": message, "type": openai_type(error), "param": param, "code": error.code}
     return {"error": body}, error.status
 
 

@@ -44,6 +44,7 @@ class ResponseContext:
     store: bool
     metadata: dict[str, Any]
     user: str | None = None
+    truncation: str = "disabled"
 
 
 def usage_json(usage: Usage, reasoning_tokens: int) -> dict[str, Any]:
@@ -89,7 +90,7 @@ def response_json(
         "tool_choice": ctx.tool_choice,
         "tools": list(ctx.tools),
         "top_p": ctx.top_p,
-        "truncation": "disabled",
+        "truncation": ctx.truncation,
         "usage": usage if finished else None,
         "user": ctx.user,
     }

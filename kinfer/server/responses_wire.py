@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -95,6 +95,8 @@ class ResponsesBody(WireModel):
     metadata: dict[str, Any] | None = None
     user: str | None = None
     text: dict[str, Any] | None = None
+    # "auto": drop the oldest input items (never the instructions) until the input fits
+    truncation: Literal["auto", "disabled"] | None = "disabled"
 
     def sampling(self) -> Sampling:
         return Sampling().given(temperature=self.temperature, top_p=self.top_p)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from quart import request
 
-from kinfer.errors import InvalidRequest
+from kinfer.errors import InvalidRequest, KinferError, PromptTooLong
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ OPENAI_ERROR_SCHEMA: dict[str, Any] = {
                 "message": {"type": "string"},
                 "type": {"type": "string"},
                 "param": {"type": ["string", "null"]},
-                "code": {"type": ["integer", "string", "null"]},
+                "code": {"type": ["string", "null"]},
             },
         }
     },
@@ -63,6 +63,21 @@ def tool_choice_mode(choice: str) -> str:
     if choice not in ("auto", "none", "required"):
         raise InvalidRequest("tool_choice must be 'auto', 'none', 'required' or a function")
     return choice
+
+
+def openai_type(error: KinferError) -> str:
+    """The error's `type` in both OpenAI dialects: an unknown model or route is an
+    `invalid_request_error` there (with a 404), where Anthropic says `not_found_error`."""
+    return "invalid_request_error" if error.kind == "not_found_error" else error.kind
+
+
+def context_length_message(error: PromptTooLong, what: str) -> str:
+    """OpenAI's own wording (GPT-5's: the one LangChain and LiteLLM recognise), and why the limit is."""
+    why = f" ({error.why})" if error.why else ""
+    return (
+        f"Input tokens exceed the configured limit of {error.limit} tokens. Your {what} resulted in "
+        f"{error.prompt_tokens} tokens. Please reduce the length of the {what}.{why}"
+    )
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -112,8 +112,13 @@ def error_message(path: str, reply: httpx.Response) -> str:
     if path.startswith("/v1/messages"):
         assert body.get("type") == "error", body
         assert {"type", "message"} <= body["error"].keys(), body
+        # Anthropic's request id, in the body and the header alike
+        assert body.get("request_id", "").startswith("req_"), body
+        assert reply.headers.get("request-id") == body["request_id"], reply.headers
         return body["error"]["message"]
     assert {"message", "type"} <= body["error"].keys(), body
+    # OpenAI's `code` is a string such as "context_length_exceeded", or null; never the HTTP status
+    assert body["error"].get("code") is None or isinstance(body["error"]["code"], str), body
     return body["error"]["message"]
 
 

@@ -123,10 +123,12 @@ def test_an_absurd_budget_that_is_accepted_ends_at_the_row_or_the_deadline(clien
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)
-def test_a_10_mb_prompt_is_a_413_without_holding_the_engine(client: httpx.Client, route: Route):
+def test_a_10_mb_prompt_is_a_400_without_holding_the_engine(client: httpx.Client, route: Route):
+    """Too long for the context (not for the body limit): a 400 in every dialect, Ollama included (its
+    truncation drops old turns, and a lone turn this long cannot fit)."""
     reply = client.post(route.path, json=route.body(content="hello world " * (TEN_MB // 12)))
-    message = assert_refused(route.path, reply, 413)
-    assert "characters" in message or "tokens" in message
+    message = assert_refused(route.path, reply, 400)
+    assert "tokens" in message
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import anthropic
 import httpx
 import pytest
@@ -58,10 +60,54 @@ def test_wrong_types_are_a_400_naming_the_field(server, field, value):
 
 
 def test_a_role_anthropic_does_not_have_is_a_400(server):
-    body = {**GOOD, "messages": [{"role": "system", "content": "hi"}]}
+    body = {**GOOD, "messages": [{"role": "tool", "content": "hi"}]}
     status, kind, message = envelope(post(server, body))
     assert (status, kind) == (400, "invalid_request_error")
     assert "messages.0.role" in message
+
+
+def test_a_system_message_cannot_open_the_conversation(server):
+    body = {**GOOD, "messages": [{"role": "system", "content": "hi"}, *HELLO]}
+    status, kind, message = envelope(post(server, body))
+    assert (status, kind) == (400, "invalid_request_error")
+    assert "messages.0.role" in message and "top-level `system`" in message
+
+
+def test_no_messages_is_a_400_even_with_a_system_prompt(server):
+    status, kind, message = envelope(post(server, {**GOOD, "system": "Be brief.", "messages": []}))
+    assert (status, kind) == (400, "invalid_request_error")
+    assert "messages" in message
+
+
+@pytest.mark.parametrize(
+    ("budget", "max_tokens", "fragment"),
+    [
+        (1023, 4096, "greater than or equal to 1024"),
+        (2048, 2048, "`max_tokens` must be greater than `thinking.budget_tokens`"),
+    ],
+    ids=["below-1024", "not-below-max-tokens"],
+)
+def test_a_thinking_budget_anthropic_refuses_is_a_400(server, budget, max_tokens, fragment):
+    thinking = {"type": "enabled", "budget_tokens": budget}
+    body = {**GOOD, "max_tokens": max_tokens, "thinking": thinking}
+    status, kind, message = envelope(post(server, body))
+    assert (status, kind) == (400, "invalid_request_error")
+    assert fragment in message
+
+
+def test_every_error_carries_a_request_id_in_the_body_and_the_header(server):
+    for response in (
+        post(server, {**GOOD, "messages": []}),
+        post(server, {**GOOD, "model": "no-such-model"}),
+        post(server, GOOD, path="/v1/messages/batches"),
+    ):
+        body = response.json()
+        assert re.fullmatch(r"req_[0-9a-f]{24}", body["request_id"]), body
+        assert response.headers["request-id"] == body["request_id"]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        api = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+        api.messages.create(model="smollm2", max_tokens=16, messages=[])
+    assert refused.value.request_id == refused.value.body["request_id"]
 
 
 def test_malformed_json_is_a_400(server):
@@ -111,11 +157,15 @@ def test_an_unknown_route_under_messages_is_a_404_in_anthropics_envelope(server)
     assert (status, kind) == (404, "not_found_error")
 
 
-def test_a_prompt_longer_than_the_context_is_request_too_large(scripted):
+def test_a_prompt_longer_than_the_context_is_a_400_in_anthropics_words(scripted):
+    """Claude Code and the SDKs read "prompt is too long: N tokens > M maximum" (a 413 reads as a body
+    too large); the sentence after it says what sets the limit."""
     with scripted(lambda prompt: "Hello.", engine={"ctx": 256}) as s:
         body = {**GOOD, "messages": [{"role": "user", "content": "word " * 100}]}
-        status, kind, _ = envelope(post(s, body))
-    assert (status, kind) == (413, "request_too_large")
+        status, kind, message = envelope(post(s, body))
+    assert (status, kind) == (400, "invalid_request_error")
+    assert re.match(r"prompt is too long: (\d+) tokens > 255 maximum \(a row of scripted holds 256", message)
+    assert int(message.split()[4]) > 255
 
 
 def test_a_full_queue_is_a_529_overloaded_error_the_sdk_knows(scripted):

@@ -126,7 +126,7 @@ def test_thinking_enabled_opens_the_think_block_and_disabled_renders_it_empty(sc
         api = client(s.url)
         on = api.messages.create(
             model="smollm2",
-            max_tokens=64,
+            max_tokens=2048,
             messages=HELLO,
             thinking={"type": "enabled", "budget_tokens": 1024},
         )
@@ -158,6 +158,43 @@ def test_claude_codes_changing_cch_value_is_stripped_before_rendering(scripted):
     assert first == second
     assert "cch=" not in first
     assert "cc_version=2.1.9.a1b; cc_entrypoint=cli;\n\nYou are Claude Code." in first
+
+
+# what Claude Code 2.1 sends with its Agent and Skill tools on: a system message after the user's turn
+MID_CONVERSATION = [
+    {"role": "user", "content": [{"type": "text", "text": "Say hello."}]},
+    {"role": "system", "content": [{"type": "text", "text": "# Environment\nAgents: Explore, Plan."}]},
+]
+MID_CONVERSATION_BETA = {"anthropic-beta": "claude-code-20250219,mid-conversation-system-2026-04-07"}
+
+
+def test_a_mid_conversation_system_message_is_a_system_turn_where_it_was_sent(scripted):
+    with scripted(lambda prompt: "Hello.", QWEN3) as s:
+        reply = client(s.url).messages.create(
+            model="smollm2",
+            max_tokens=16,
+            system="You are Claude Code.",
+            messages=MID_CONVERSATION,
+            extra_headers=MID_CONVERSATION_BETA,
+        )
+    assert reply.content[0].text == "Hello."
+    assert s.prompts[0].endswith(
+        "<|im_start|>user\nSay hello.<|im_end|>\n"
+        "<|im_start|>system\n# Environment\nAgents: Explore, Plan.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_a_template_that_refuses_it_gets_it_as_a_reminder_in_the_user_turn(scripted):
+    """Qwen3.5's template raises "System message must be at the beginning."; the text is folded instead."""
+    with scripted(lambda prompt: "Hello.", template("qwen3.5-4b.jinja")) as s:
+        body = {"model": "smollm2", "max_tokens": 16, "messages": MID_CONVERSATION}
+        reply = httpx.post(s.url + "/v1/messages", json=body, headers=MID_CONVERSATION_BETA, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert (
+        "<|im_start|>user\nSay hello.\n\n"
+        "<system-reminder>\n# Environment\nAgents: Explore, Plan.\n</system-reminder><|im_end|>\n"
+    ) in s.prompts[0]
 
 
 def test_count_tokens_counts_the_rendered_prompt(scripted):

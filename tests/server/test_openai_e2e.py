@@ -141,13 +141,17 @@ def test_malformed_json_and_unknown_model(smol_server: LiveServer, client: opena
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="no-such-model", messages=FRANCE)
     assert "no-such-model" in str(missing.value)
+    # OpenAI's codes are strings (or null), never the HTTP status
+    assert (missing.value.code, missing.value.type) == ("model_not_found", "invalid_request_error")
 
 
-def test_a_prompt_that_cannot_fit_is_a_413(client: openai.OpenAI):
+def test_a_prompt_that_cannot_fit_is_a_400_context_length_exceeded(client: openai.OpenAI):
     huge = "word " * 5000
-    with pytest.raises(openai.APIStatusError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="smollm2", messages=[{"role": "user", "content": huge}], max_tokens=4
         )
-    assert refused.value.status_code == 413
-    assert "--ctx" in str(refused.value)
+    assert refused.value.code == "context_length_exceeded"
+    assert refused.value.param == "messages"
+    assert "Input tokens exceed the configured limit of 4096 tokens" in refused.value.message
+    assert "--ctx" in refused.value.message  # what sets the limit, and what would raise it

@@ -104,7 +104,7 @@ def test_tools_and_tool_choice_map_to_the_internal_names():
     ],
 )
 def test_thinking_and_effort_map_to_think_mode(thinking, effort, think, level):
-    fields = {"messages": [{"role": "user", "content": "hi"}]}
+    fields = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4096}
     if thinking:
         fields["thinking"] = thinking
     if effort:

@@ -206,7 +206,9 @@ class LlamaEngine:
             raise InvalidRequest("the prompt is empty")
         if len(job.prompt) > self._row_len:
             raise PromptTooLong(
-                f"the prompt has {len(job.prompt)} tokens; a row of this model holds {self._row_len}"
+                f"the prompt has {len(job.prompt)} tokens; a row of this model holds {self._row_len}",
+                prompt_tokens=len(job.prompt),
+                limit=self._row_len,
             )
         if not self._free_seqs:
             raise Busy("no free row", retry_after=1.0)

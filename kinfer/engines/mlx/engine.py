@@ -173,7 +173,11 @@ class MlxEngine:
         if not job.prompt:
             raise InvalidRequest("empty prompt")
         if len(job.prompt) > self.plan.ctx:
-            raise PromptTooLong(f"prompt of {len(job.prompt)} tokens; a row holds {self.plan.ctx}")
+            raise PromptTooLong(
+                f"prompt of {len(job.prompt)} tokens; a row holds {self.plan.ctx}",
+                prompt_tokens=len(job.prompt),
+                limit=self.plan.ctx,
+            )
         if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
         if job.max_tokens <= 0:
