@@ -60,6 +60,9 @@ class Settings:
     origins: str = _setting(
         "http://localhost,http://127.0.0.1", "CORS origins allowed, comma separated ('*' for any)"
     )
+    allowed_hosts: str = _setting(
+        "", "Host names answered besides localhost and loopback IPs, comma separated ('*' for any)"
+    )
     log_level: str = _setting("info", "logging level", choices=("debug", "info", "warning", "error"))
 
     threads: int = _setting(0, "llama.cpp: CPU threads (0: the cores available)", group=ENGINE)
@@ -222,6 +225,16 @@ def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str
     except ValueError as exc:
         raise SystemExit(f"kinfer: --keep-alive: {exc}") from None
     return settings
+
+
+def settings_environ(settings: Settings) -> dict[str, str]:
+    """`KINFER_<NAME>` for every setting: how a server that a command starts inherits all of that
+    command's settings (through the environment, not argv, so the API key never shows in `ps`)."""
+    return {
+        f"KINFER_{f.name.upper()}": str(getattr(settings, f.name))
+        for f in fields(Settings)
+        if getattr(settings, f.name) is not None
+    }
 
 
 def settings_table(group: str | None = None) -> list[tuple[str, str, str, str]]:

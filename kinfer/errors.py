@@ -31,6 +31,13 @@ class Unauthorized(KinferError):
     code = "invalid_api_key"
 
 
+class Forbidden(KinferError):
+    """The caller may not use this server at all: a Host or an Origin it does not answer to."""
+
+    status = 403
+    kind = "permission_error"
+
+
 class ModelNotFound(KinferError):
     status = 404
     kind = "not_found_error"
@@ -82,6 +89,11 @@ class RequestTooLarge(KinferError):
 
     status = 413
     kind = "request_too_large"
+
+
+class UnsupportedMediaType(KinferError):
+    status = 415
+    kind = "invalid_request_error"
 
 
 class Busy(KinferError):

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 
 import httpx
 
-from kinfer.config import Settings
+from kinfer.config import Settings, settings_environ
 
 log = logging.getLogger(__name__)
 
@@ -124,20 +125,16 @@ def ensure_server(settings: Settings) -> subprocess.Popen | None:
     """Use the server that answers, or start `kinfer --headless` in the background and wait for it."""
     if server_is_up(settings):
         return None
-    args = [
-        sys.executable,
-        "-m",
-        "kinfer",
-        "--headless",
-        "--host",
-        settings.host,
-        "--port",
-        str(settings.port),
-        "--home",
-        str(settings.home),
-    ]
+    # every setting travels, the API key and --origins / --allowed-hosts above all; through the
+    # environment, so the key never shows in the process list
+    environ = {**os.environ, **settings_environ(settings)}
     print(f"starting kinfer on {base_url(settings)} ...", file=sys.stderr)
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kinfer", "--headless"],
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:

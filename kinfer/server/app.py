@@ -11,7 +11,7 @@ from kinfer import __version__
 from kinfer.errors import InvalidRequest, KinferError, RequestTooLarge, RouteNotFound
 from kinfer.metrics import render
 from kinfer.runtime import Runtime
-from kinfer.server.access import install_access_control
+from kinfer.server.access import caller_has_key, install_access_control
 from kinfer.server.access_log import install_request_log
 from kinfer.server.dialects import DIALECTS, dialect_for
 from kinfer.server.openapi import openapi_spec
@@ -57,6 +57,8 @@ def create_app(runtime: Runtime) -> Quart:
 
     @app.get("/health")
     async def health() -> Response:
+        if not caller_has_key(runtime.settings):
+            return jsonify({"status": "ok"})  # open to all: which models run is the key holder's business
         loaded = [m.name for m in runtime.scheduler.loaded_models()]
         return jsonify({"status": "ok", "version": __version__, "loaded": loaded})
 

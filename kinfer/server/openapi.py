@@ -63,7 +63,7 @@ OPENAI_MODEL = {
 }
 HEALTH = {
     "type": "object",
-    "required": ["status", "version", "loaded"],
+    "required": ["status"],  # version and loaded only with the API key, when one is set
     "properties": {
         "status": {"const": "ok"},
         "version": {"type": "string"},

@@ -115,3 +115,39 @@ def test_run_and_ps_fail_clearly(tmp_path: Path):
     assert missing.returncode == 1 and "no-such-model" in missing.stderr
     nobody = kinfer("ps", "--port", str(port), home=tmp_path)
     assert nobody.returncode == 1 and "no server answers" in nobody.stderr
+
+
+def test_the_server_run_starts_keeps_every_access_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from kinfer.commands.serve import ensure_server
+    from kinfer.config import Settings
+
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
+    settings = Settings(
+        home=tmp_path,
+        port=free_port(),
+        api_key="run-s3cret",
+        origins="https://app.example.com",
+        allowed_hosts="kinfer.lan",
+        threads=1,
+    )
+    process = ensure_server(settings)  # what `kinfer run --api-key ... --origins ...` does first
+    assert process is not None
+    try:
+        url = f"http://127.0.0.1:{settings.port}"
+        key = {"Authorization": "Bearer run-s3cret"}
+        assert httpx.get(url + "/api/tags", timeout=10).status_code == 401
+        assert httpx.get(url + "/api/tags", headers=key, timeout=10).status_code == 200
+        page = httpx.get(url + "/api/tags", headers={**key, "Origin": "https://app.example.com"}, timeout=10)
+        assert page.headers["access-control-allow-origin"] == "https://app.example.com"
+        assert (
+            httpx.get(url + "/api/tags", headers={**key, "Host": "kinfer.lan"}, timeout=10).status_code == 200
+        )
+        assert (
+            httpx.get(url + "/api/tags", headers={**key, "Host": "evil.example"}, timeout=10).status_code
+            == 403
+        )
+        # the key travels in the environment: other users of the machine can read a command line
+        assert b"run-s3cret" not in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    finally:
+        process.terminate()
+        process.wait(30)
