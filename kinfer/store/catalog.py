@@ -36,6 +36,7 @@ from kinfer.store.manifest import (
 )
 from kinfer.store.models import StoredModel
 from kinfer.store.names import check_name, name_key, slug_for
+from kinfer.store.nofollow import refuse_link
 from kinfer.store.ollama import default_ollama_models, scan_ollama
 
 logger = logging.getLogger(__name__)
@@ -291,6 +292,7 @@ class Store:
         if not slug or slug != slug_for(slug):
             raise StoreError(f"not a slug: {slug!r} (use Store.slug_for)")
         folder = self.partial_dir / slug
+        refuse_link(folder)  # a link here would have the pull write wherever it points
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -307,6 +309,7 @@ class Store:
         manifest = manifest_from_dict(manifest.to_dict(), f"manifest for {manifest.name}")
         for item in manifest.files:
             file = staging / item.path
+            refuse_link(file)
             if not file.is_file():
                 raise StoreError(f"cannot install {manifest.name}: {item.path} is missing from {staging}")
             if file.stat().st_size != item.size:

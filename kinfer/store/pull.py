@@ -29,8 +29,23 @@ from kinfer.errors import StoreError
 from kinfer.store.catalog import Store
 from kinfer.store.hub import HubClient, RemoteFile
 from kinfer.store.local import model_from_manifest
-from kinfer.store.manifest import MANIFEST_NAME, Manifest, ManifestError, ManifestFile, now_iso, read_manifest
+from kinfer.store.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ManifestError,
+    ManifestFile,
+    now_iso,
+    read_manifest,
+    write_json_atomic,
+)
 from kinfer.store.models import StoredModel
+from kinfer.store.nofollow import (
+    folder_inside,
+    is_regular,
+    open_nofollow,
+    read_text_nofollow,
+    resolves_inside,
+)
 from kinfer.store.progress import Phase, PullProgress, format_bytes
 from kinfer.store.pull_plan import PullPlan, plan_pull
 from kinfer.store.refs import HubRef, parse_ref
@@ -206,7 +221,7 @@ def _fetch_all(
                 plan.repo_id,
                 plan.revision,
                 remote,
-                staging / remote.path,
+                folder_inside((staging / remote.path).parent, staging) / PurePosixPath(remote.path).name,
                 on_tick=on_tick,
                 cancel=cancel,
                 retries=retries,
@@ -238,19 +253,19 @@ def _forget_stale(staging: Path, plan: PullPlan) -> None:
     state_path = staging / STATE_FILE
     wanted = {f.path: f.sha256 or f.blob_id or str(f.size) for f in plan.files}
     try:
-        before = json.loads(state_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        before = json.loads(read_text_nofollow(state_path) or "{}")  # a link is no state of ours
+    except ValueError:
         before = {}
     if isinstance(before, dict):
         for path, ident in before.items():
-            if wanted.get(path) != ident:
+            if wanted.get(path) != ident and not unsafe_path(path):
                 for stale in (staging / path, staging / f"{path}.part"):
-                    if stale.is_file():
+                    if is_regular(stale) and resolves_inside(stale.parent, staging):
                         logger.info(
                             "discarding %s from an earlier pull (the file changed upstream)", stale.name
                         )
                         stale.unlink()
-    state_path.write_text(json.dumps(wanted, indent=1), encoding="utf-8")
+    write_json_atomic(state_path, wanted)  # replaces a link by a file; never writes through it
 
 
 def _disk_free(path: Path) -> int:
@@ -271,9 +286,16 @@ def _check_space(store: Store, staging: Path, plan: PullPlan, free_space: Callab
 def check_listed_paths(plan: PullPlan) -> None:
     """Refuse a listing whose file paths would land outside the staging folder (absolute, `..`)."""
     for remote in plan.files:
-        parts = PurePosixPath(remote.path).parts
-        if not parts or remote.path.startswith(("/", "\\")) or ".." in parts or "\\" in remote.path:
+        if unsafe_path(remote.path):
             raise StoreError(f"the hub lists an unsafe file path {remote.path!r}; refusing to pull")
+
+
+def unsafe_path(path: object) -> bool:
+    """A path that would leave the staging folder: absolute, with a `..` part, or a backslash."""
+    if not isinstance(path, str):
+        return True
+    parts = PurePosixPath(path).parts
+    return not parts or path.startswith(("/", "\\")) or ".." in parts or "\\" in path
 
 
 @contextlib.contextmanager
@@ -281,7 +303,7 @@ def _pull_lock(
     path: Path, name: str, *, wait: bool, cancel: threading.Event | None, report: _Reporter
 ) -> Iterator[None]:
     """An exclusive flock per model, so two pulls of one model never write the same partial files."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

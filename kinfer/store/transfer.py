@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import httpx
 
 from kinfer.errors import StoreError
 from kinfer.store.hub import HubClient, HubUnreachable, RemoteFile, raise_for_hub_status
+from kinfer.store.nofollow import is_regular, open_nofollow, refuse_link, regular_size
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +61,10 @@ def part_path(final: Path) -> Path:
 
 
 def bytes_on_disk(final: Path) -> int:
-    """How much of a file a staging folder already holds (complete or partial)."""
-    if final.is_file():
-        return final.stat().st_size
-    part = part_path(final)
-    return part.stat().st_size if part.is_file() else 0
+    """How much of a file a staging folder already holds (complete or partial); links count as none."""
+    if is_regular(final):
+        return regular_size(final)
+    return regular_size(part_path(final))
 
 
 def fetch_file(
@@ -84,16 +85,18 @@ def fetch_file(
     `retries` reconnections fail (partial kept, so the next pull resumes).
     """
     tick = on_tick or (lambda _t: None)
-    if final.is_file() and final.stat().st_size == remote.size:
+    part = part_path(final)
+    refuse_link(final)  # a link here would have us verify, then install, a file from anywhere
+    refuse_link(part)  # ... or append the download to one
+    if regular_size(final) == remote.size and is_regular(final):
         tick(FileTick(remote.size, remote.size, remote.size))
         return remote.sha256 or sha256_of(final, cancel)
     final.parent.mkdir(parents=True, exist_ok=True)
-    part = part_path(final)
     url = client.file_url(repo_id, remote.path, revision)
     failures = 0
-    resumed_from = part.stat().st_size if part.is_file() else 0
+    resumed_from = regular_size(part)
     while True:
-        have = part.stat().st_size if part.is_file() else 0
+        have = regular_size(part)
         if have > remote.size:
             logger.warning("%s: partial file is larger than the file on the hub; starting over", remote.path)
             part.unlink()
@@ -148,11 +151,11 @@ def _stream_into(
             part.unlink(missing_ok=True)
             return
         raise_for_hub_status(response, repo_id, base_url)
-        mode = "ab"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         if have and response.status_code != 206:
             logger.info("%s: the server ignored the range request; downloading from the start", remote.path)
-            have, mode = 0, "wb"
-        with part.open(mode) as out:
+            have, flags = 0, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        with os.fdopen(open_nofollow(part, flags), "wb") as out:
             # unbuffered: every byte that arrived is on disk when the connection drops
             for chunk in response.iter_bytes():
                 if cancel is not None and cancel.is_set():
@@ -164,7 +167,7 @@ def _stream_into(
 
 def sha256_of(path: Path, cancel: threading.Event | None = None) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as fh:
         while block := fh.read(HASH_CHUNK_BYTES):
             if cancel is not None and cancel.is_set():
                 raise PullCancelled(f"pull cancelled while verifying {path.name}")
@@ -174,7 +177,7 @@ def sha256_of(path: Path, cancel: threading.Event | None = None) -> str:
 
 def verify(path: Path, remote: RemoteFile, cancel: threading.Event | None = None) -> str:
     """Check a downloaded file against the Hub's sha256 / size / blob id; remove it if it fails."""
-    size = path.stat().st_size
+    size = os.lstat(path).st_size
     if size != remote.size:
         path.unlink(missing_ok=True)
         raise ChecksumMismatch(f"{remote.path}: got {size} bytes, the hub lists {remote.size}; removed it")
@@ -185,7 +188,8 @@ def verify(path: Path, remote: RemoteFile, cancel: threading.Event | None = None
             f"{remote.path}: sha256 mismatch (expected {remote.sha256}, got {digest}); removed the file"
         )
     if not remote.sha256 and remote.blob_id and size <= BLOB_CHECK_MAX_BYTES:
-        blob = hashlib.sha1(b"blob %d\0" % size + path.read_bytes()).hexdigest()
+        with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as fh:
+            blob = hashlib.sha1(b"blob %d\0" % size + fh.read()).hexdigest()
         if blob != remote.blob_id:
             path.unlink(missing_ok=True)
             raise ChecksumMismatch(

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kinfer.store.names import slug_for
 from tests.fixtures.hub_server import FakeRepo, HubServer
 from tests.fixtures.tiny_gguf import write_tiny_gguf
 from tests.live_server import running_server, server_settings
@@ -122,3 +123,46 @@ def test_deleting_the_loaded_model_unloads_it_and_ends_its_replies(tmp_path: Pat
         )
         assert still.status_code == 200, still.text
     assert smollm2_gguf.is_file()
+
+
+PLANTED_LINKS = {
+    # what a pull opens in partial/, as a link to a file (or folder) outside the store
+    "part-file": lambda staging, outside: (staging / "m-Q4_K_M.gguf.part", outside / "victim.txt"),
+    "pull-state": lambda staging, outside: (staging / ".kinfer-pull.json", outside / "victim.txt"),
+    "finished-file": lambda staging, outside: (staging / "m-Q4_K_M.gguf", outside / "same-size.bin"),
+    "staging-folder": lambda staging, outside: (staging, outside),
+    "lock-file": lambda staging, outside: (staging.with_name(staging.name + ".lock"), outside / "new.lock"),
+}
+
+
+@pytest.mark.parametrize("planted", PLANTED_LINKS)
+def test_a_link_planted_in_partial_never_reaches_outside_the_store(
+    tmp_path: Path, hub: HubServer, gguf_data: bytes, planted: str
+):
+    hub.repos["o/Linked-GGUF"] = FakeRepo({"m-Q4_K_M.gguf": gguf_data})
+    home = tmp_path / "home"
+    staging = home / "partial" / slug_for("hf.co/o/Linked-GGUF:q4_k_m")
+    staging.parent.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_bytes(b"precious\n")
+    (outside / "same-size.bin").write_bytes(b"\0" * len(gguf_data))  # passes a size check
+    link, points_at = PLANTED_LINKS[planted](staging, outside)
+    if link != staging:
+        staging.mkdir()
+    link.symlink_to(points_at)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+
+    with running_server(server_settings(home)) as server:
+        reply = httpx.post(
+            server.url + "/api/pull", json={"model": "o/Linked-GGUF", "stream": False}, timeout=60
+        )
+        names = [m["name"] for m in httpx.get(server.url + "/api/tags", timeout=10).json()["models"]]
+
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    if planted == "pull-state":  # kinfer's own bookkeeping: the link is replaced, the pull goes on
+        assert reply.status_code == 200, reply.text
+        assert "hf.co/o/Linked-GGUF:q4_k_m" in names
+    else:
+        assert reply.status_code == 400 and "symbolic link" in reply.json()["error"], reply.text
+        assert "hf.co/o/Linked-GGUF:q4_k_m" not in names
