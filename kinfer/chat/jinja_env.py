@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import types
 from datetime import datetime
 from typing import Any
 
@@ -18,16 +19,34 @@ import jinja2.ext
 import jinja2.meta
 import jinja2.nodes
 import jinja2.utils
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.sandbox import (
+    ImmutableSandboxedEnvironment,
+    SandboxedEscapeFormatter,
+    SandboxedFormatter,
+    SecurityError,
+)
+from markupsafe import Markup
 
+from kinfer.chat.jinja_limits import (
+    allow_text_of,
+    bounded_concat,
+    bounded_filter,
+    bounded_lipsum,
+    call_with_limits,
+    check_binop,
+    checked_result,
+    finalize,
+    format_field_size,
+    joined,
+    limit,
+    render_budget,
+    streamed_text,
+)
 from kinfer.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
-# Guards for the two operators that can allocate without bound in one expression ('x' * 10**12);
-# Jinja's sandbox already caps range() at 100 000 items.
-MAX_REPEAT_LENGTH = 10_000_000
-MAX_EXPONENT = 10_000
 TEMPLATE_CACHE_SIZE = 32
 
 
@@ -36,6 +55,7 @@ class TemplateRaised(Exception):
 
 
 def _raise_exception(message: Any) -> None:
+    allow_text_of(message, "an error message")
     raise TemplateRaised(str(message))
 
 
@@ -46,10 +66,12 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    # transformers' filter: Jinja's own tojson escapes <, >, & and ' for HTML, which changes the prompt
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    # transformers' filter: Jinja's own tojson escapes <, >, & and ' for HTML, which changes the prompt.
+    # Encoded lazily, so an `indent` of a million spaces stops at the size limit, not after it.
+    encoder = json.JSONEncoder(
+        ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
+    return streamed_text(encoder.iterencode(value), "a JSON text")
 
 
 def _strftime_now(fmt: str) -> str:
@@ -97,23 +119,83 @@ class _GenerationTag(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
+class _BoundedFormatter:
+    """`str.format` fields, each checked before it is converted and padded (see `jinja_limits`)."""
+
+    _built = 0
+
+    def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
+        self._built = len(format_string)
+        return checked_result(super().vformat(format_string, args, kwargs))  # type: ignore[misc]
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        allow_text_of(value, "a formatted string")
+        return super().convert_field(value, conversion)  # type: ignore[misc]
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        self._built += format_field_size(format_spec, value)
+        limit(self._built, "a formatted string")
+        return super().format_field(value, format_spec)  # type: ignore[misc]
+
+
+class _Formatter(_BoundedFormatter, SandboxedFormatter):
+    pass
+
+
+class _EscapeFormatter(_BoundedFormatter, SandboxedEscapeFormatter):
+    pass
+
+
+class _CodeGenerator(CodeGenerator):
+    def visit_Concat(self, node: jinja2.nodes.Concat, frame: Frame) -> None:
+        # `a ~ b`: Jinja joins without looking; ours checks the size first (our autoescape is off)
+        self.write("environment.joined((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class _ChatTemplateSandbox(ImmutableSandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
+    """The sandbox, with every operation that builds text or a list bounded (see `jinja_limits`)."""
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    code_generator_class = _CodeGenerator
+    concat = staticmethod(bounded_concat)  # every template, block and macro output is joined here
+    joined = staticmethod(joined)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**":
-            if isinstance(right, int) and abs(right) > MAX_EXPONENT and left not in (0, 1, -1):
-                raise SecurityError(f"raise a number to the power {right}")
-            return left**right
-        for seq, count in ((left, right), (right, left)):
-            too_long = (
-                isinstance(seq, str | list | tuple)
-                and isinstance(count, int)
-                and len(seq) * count > MAX_REPEAT_LENGTH
-            )
-            if too_long:
-                raise SecurityError(f"build a sequence of {len(seq) * count} items")
-        return left * right
+        check_binop(operator, left, right)
+        return checked_result(self.binop_table[operator](left, right))
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if not __self.is_safe_callable(__obj):
+            raise SecurityError(f"{__obj!r} is not safely callable")
+        return call_with_limits(__context.call, __obj, args, kwargs)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        # Jinja's own, with a formatter that checks widths and field sizes before padding
+        if not isinstance(value, types.MethodType | types.BuiltinMethodType) or value.__name__ not in (
+            "format",
+            "format_map",
+        ):
+            return None
+        owner = value.__self__
+        if not isinstance(owner, str):
+            return None
+        formatter = (
+            _EscapeFormatter(self, escape=owner.escape) if isinstance(owner, Markup) else _Formatter(self)
+        )
+        is_format_map = value.__name__ == "format_map"
+
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            if is_format_map:
+                if kwargs or len(args) != 1:
+                    raise TypeError("format_map() takes exactly one positional argument")
+                kwargs, args = args[0], ()
+            return type(owner)(formatter.vformat(owner, args, kwargs))
+
+        return functools.update_wrapper(wrapper, value)
 
 
 def make_environment() -> jinja2.Environment:
@@ -122,8 +204,11 @@ def make_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[jinja2.ext.loopcontrols, _GenerationTag],
+        finalize=finalize,
     )
     env.filters["tojson"] = _tojson
+    env.filters.update({name: bounded_filter(name, func) for name, func in env.filters.items()})
+    env.globals["lipsum"] = bounded_lipsum(env.globals["lipsum"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()
@@ -158,7 +243,8 @@ def render_template(source: str, variables: dict[str, Any], *, label: str = "cha
     except jinja2.TemplateSyntaxError as exc:
         raise InvalidRequest(f"{label} has a syntax error on line {exc.lineno}: {exc.message}") from exc
     try:
-        return template.render(**variables)
+        with render_budget():
+            return template.render(**variables)
     except TemplateRaised as exc:
         # the template's own words, e.g. "Conversation roles must alternate user/assistant/..."
         raise InvalidRequest(str(exc)) from exc

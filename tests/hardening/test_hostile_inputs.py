@@ -250,6 +250,10 @@ ATTACKS = {
     "import-os": "{% import 'os' as os %}{{ os.system('touch CANARY') }}",
     "attr-filter": "{{ ''|attr('__class__')|attr('__mro__') }}",
     "format-string": "{{ '{0.__class__.__init__.__globals__}'.format(cycler) }}",
+    # not escapes but allocations: each built 143 MiB before the size guards (jinja_limits)
+    "percent-width": "{{ '%150000000d' % 1 }}",
+    "center-width": "{{ ''|center(300000000) }}",
+    "format-width": "{{ '{:>450000000}'.format(1) }}",
 }
 
 
@@ -320,6 +324,8 @@ def test_a_template_escape_is_refused_or_harmless(evil, route: Route, attack: st
         # refused by the sandbox, or rendered to nothing (an unsafe read prints as empty)
         assert "chat template" in message or "prompt is empty" in message, message
         assert "TOP-SECRET" not in message
+    if attack.endswith("-width"):
+        assert reply.status_code == 400 and "is not allowed to build" in reply.text, reply.text
 
 
 def test_an_empty_prompt_is_a_400_not_an_engine_failure(client: httpx.Client):
