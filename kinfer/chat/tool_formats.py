@@ -27,6 +27,7 @@ import re
 import uuid
 from typing import Any
 
+from kinfer.json_limits import too_deep
 from kinfer.protocol import ToolCall, ToolSpec
 
 _FUNCTION_RE = re.compile(r"<function=([^>\n]*)>(.*?)</function>", re.DOTALL)
@@ -56,9 +57,9 @@ def parse_hermes(body: str) -> ToolCall | None:
     """`{"name": ..., "arguments": {...}}`; `arguments` may be a JSON string, or `parameters` (Llama)."""
     try:
         data = json.loads(body)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or too_deep(data):  # a reply could not carry it (json.dumps recurses)
         return None
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -67,7 +68,9 @@ def parse_hermes(body: str) -> ToolCall | None:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            return None
+        if too_deep(arguments):
             return None
     if arguments is None:
         arguments = {}
@@ -105,9 +108,11 @@ def convert_value(value: str, schema: Any) -> Any:
             return None
         return value
     try:
-        return json.loads(value)
-    except (json.JSONDecodeError, ValueError):
+        decoded = json.loads(value)
+    except (json.JSONDecodeError, ValueError, RecursionError):
         pass
+    else:
+        return value if too_deep(decoded) else decoded
     # Python spellings models fall back to for booleans and null
     lowered = value.strip().lower()
     if lowered in ("true", "false") and types & {"boolean", "bool"}:

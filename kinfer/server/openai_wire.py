@@ -11,7 +11,7 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
-from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
+from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments or "{}")
+        value = loads_arguments(arguments, "tool call arguments")
     except json.JSONDecodeError:
         raise InvalidRequest(f"tool call arguments are not valid JSON: {arguments[:80]!r}") from None
     if not isinstance(value, dict):

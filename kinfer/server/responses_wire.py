@@ -19,7 +19,7 @@ from pydantic import Field
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall
 from kinfer.server.responses_tools import flat_name
-from kinfer.server.wire import WireModel, tool_choice_mode
+from kinfer.server.wire import WireModel, loads_arguments, tool_choice_mode
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def parse_arguments(arguments: str | dict[str, Any] | None, where: str) -> dict[
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments or "{}")
+        value = loads_arguments(arguments, f"{where}.arguments")
     except json.JSONDecodeError:
         raise InvalidRequest(f"{where}.arguments: not valid JSON") from None
     if not isinstance(value, dict):

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from quart import request
 
 from kinfer.errors import InvalidRequest, KinferError, PromptTooLong
+from kinfer.json_limits import MAX_JSON_DEPTH, too_deep
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,26 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidRequest("the request body is nested too deeply") from None
     except ValueError as exc:  # an integer of more digits than Python converts (sys.int_info)
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    check_nesting(data)
     if _SURROGATE_ESCAPE.search(raw) and not _encodable(data):
         raise InvalidRequest("the request body holds a lone UTF-16 surrogate (\\ud800-\\udfff escape)")
     return data
+
+
+def check_nesting(data: Any, what: str = "the request body") -> None:
+    """Refuse JSON nested deeper than any real request (a tool schema 900 levels deep was a 500)."""
+    if too_deep(data):
+        raise InvalidRequest(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def loads_arguments(text: str, what: str) -> Any:
+    """Tool-call arguments sent as a JSON string (OpenAI's dialects); `ValueError` when not JSON."""
+    try:
+        value = json.loads(text or "{}")
+    except RecursionError:
+        raise InvalidRequest(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep") from None
+    check_nesting(value, what)
+    return value
 
 
 def _encodable(data: Any) -> bool:

@@ -181,3 +181,13 @@ def test_xml_value_keeps_inner_newlines_and_indentation() -> None:
     parsed = parse_call_body(body, TOOLS)
 
     assert parsed is not None and parsed.arguments == {"query": code}
+
+
+@pytest.mark.parametrize("levels", [150, 5000])
+def test_a_call_nested_deeper_than_any_reply_can_carry_is_not_a_call(levels: int) -> None:
+    # a reply goes out through json.dumps, which recurses: such a call would fail there (a 500)
+    deep = "[" * levels + "]" * levels
+    assert parse_call_body(f'{{"name": "f", "arguments": {{"x": {deep}}}}}') is None
+    assert parse_call_body(f'{{"name": "f", "arguments": "{{\\"x\\": {deep}}}"}}') is None
+    assert convert_value(deep, {"type": "array"}) == deep  # kept as the text the model wrote
+    assert convert_value("[[1]]", {"type": "array"}) == [[1]]

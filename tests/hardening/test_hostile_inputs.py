@@ -84,6 +84,68 @@ def test_a_body_that_is_not_a_request_is_a_400(client: httpx.Client, method: str
     assert "internal" not in message
 
 
+# ---- deeply nested tool schemas and arguments: 400 where they come in, never a RecursionError (500) --
+
+
+def nested_schema(levels: int) -> str:
+    """A JSON schema `levels` objects deep (two JSON levels each), as text: json.dumps would recurse."""
+    return '{"type": "object", "properties": {"x": ' * levels + '{"type": "string"}' + "}}" * levels
+
+
+def tools_json(path: str, schema: str) -> str:
+    if path.startswith("/v1/messages"):
+        return f'[{{"name": "f", "description": "d", "input_schema": {schema}}}]'
+    if path == "/v1/responses":
+        return f'[{{"type": "function", "name": "f", "parameters": {schema}}}]'
+    return f'[{{"type": "function", "function": {{"name": "f", "parameters": {schema}}}}}]'
+
+
+TOOL_ROUTES = [r for r in ROUTES if r.path not in ("/v1/completions", "/api/generate")]
+
+
+@pytest.mark.parametrize("route", TOOL_ROUTES, ids=lambda r: r.name)
+def test_a_tool_schema_nested_900_levels_is_a_400(client: httpx.Client, route: Route):
+    # 450 schema levels (900 JSON levels) used to parse, then fail rendering: a 500
+    raw = json.dumps(route.body(tools="TOOLS")).replace('"TOOLS"', tools_json(route.path, nested_schema(450)))
+    message = assert_refused(route.path, post_raw(client, "POST", route.path, raw.encode()), 400)
+    assert "nested more than 100 levels deep" in message
+
+
+@pytest.mark.parametrize("route", TOOL_ROUTES, ids=lambda r: r.name)
+def test_a_tool_schema_nested_40_levels_is_served(client: httpx.Client, route: Route):
+    raw = json.dumps(route.body(tools="TOOLS")).replace('"TOOLS"', tools_json(route.path, nested_schema(40)))
+    reply = post_raw(client, "POST", route.path, raw.encode())
+    assert reply.status_code == 200, reply.text[:300]
+
+
+@pytest.mark.parametrize(
+    ("path", "messages"),
+    [
+        (
+            "/v1/chat/completions",
+            '[{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",'
+            ' "function": {"name": "f", "arguments": ARGS}}]},'
+            ' {"role": "tool", "tool_call_id": "c1", "content": "ok"}]',
+        ),
+        (
+            "/v1/responses",
+            '[{"type": "function_call", "call_id": "c1", "name": "f", "arguments": ARGS},'
+            ' {"type": "function_call_output", "call_id": "c1", "output": "ok"}]',
+        ),
+    ],
+    ids=["openai-chat", "responses"],
+)
+def test_tool_call_arguments_nested_in_a_json_string_are_a_400(
+    client: httpx.Client, path: str, messages: str
+):
+    # OpenAI's dialects send arguments as a JSON string: the body's own depth check cannot see inside
+    arguments = json.dumps("[" * 5000 + "]" * 5000)
+    field = "input" if path == "/v1/responses" else "messages"
+    raw = f'{{"model": "smollm2", "max_tokens": 2, "{field}": {messages.replace("ARGS", arguments)}}}'
+    message = assert_refused(path, post_raw(client, "POST", path, raw.encode()), 400)
+    assert "nested more than 100 levels deep" in message
+
+
 @pytest.mark.parametrize("route", ROUTES, ids=ROUTE_IDS)
 def test_wrong_types_are_named_in_the_400(client: httpx.Client, route: Route):
     body = route.body(content=12345, model=["smollm2"])
