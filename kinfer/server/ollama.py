@@ -371,7 +371,7 @@ async def version() -> Response:
 async def delete() -> Response:
     body = await read_body(NameBody)
     rt = runtime()
-    model = rt.store.resolve(body.target())
+    model = rt.store.resolve_exact(body.target())  # never a prefix: `o/b` is not `hf.co/o/Beta:q4`
     if not model.is_alias:  # an alias is only a name: the model behind it stays, loaded or not
         await rt.scheduler.unload_matching(lambda loaded: loaded.path == model.path)
     rt.store.remove(model.name)

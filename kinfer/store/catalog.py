@@ -35,7 +35,7 @@ from kinfer.store.manifest import (
     write_manifest,
 )
 from kinfer.store.models import StoredModel
-from kinfer.store.names import check_name, name_key, slug_for
+from kinfer.store.names import MAX_NAME_LENGTH, check_name, check_new_name, name_key, shown, slug_for
 from kinfer.store.nofollow import refuse_link
 from kinfer.store.ollama import default_ollama_models, scan_ollama
 
@@ -47,6 +47,21 @@ DEFAULT_FILE = "default"
 _SOURCE_RANK = {"kinfer": 0, "bundled": 1, "ollama": 2}
 _MAX_LISTED = 12
 _USE_DEFAULT = object()
+
+
+def _exact(query: str, models: list[StoredModel]) -> StoredModel | None:
+    key = name_key(query)
+    exact = [m for m in models if name_key(m.name) == key]
+    return min(exact, key=lambda m: (_SOURCE_RANK[m.source], m.is_alias)) if exact else None
+
+
+def _prefixed(query: str, models: list[StoredModel]) -> list[StoredModel]:
+    lowered = query.lower()
+    candidates = [m for m in models if m.name.lower().startswith(lowered)]
+    if not candidates:
+        # `owner/repo` finds `hf.co/owner/repo:q4_k_m`
+        candidates = [m for m in models if m.name.lower().removeprefix("hf.co/").startswith(lowered)]
+    return candidates
 
 
 def _names(models: list[StoredModel]) -> str:
@@ -107,18 +122,17 @@ class Store:
     def resolve(self, name: str) -> StoredModel:
         """Find a model by exact name (any case; `x:latest` == `x`), alias, or unique prefix."""
         query = name.strip()
-        models = self.list()
         if not query:
             raise ModelNotFound("no model name given")
-        key = name_key(query)
-        exact = [m for m in models if name_key(m.name) == key]
-        if exact:
-            return min(exact, key=lambda m: (_SOURCE_RANK[m.source], m.is_alias))
-        lowered = query.lower()
-        candidates = [m for m in models if m.name.lower().startswith(lowered)]
-        if not candidates:
-            # `owner/repo` finds `hf.co/owner/repo:q4_k_m`
-            candidates = [m for m in models if m.name.lower().removeprefix("hf.co/").startswith(lowered)]
+        if len(query) > MAX_NAME_LENGTH:  # no model has such a name: say so without matching it
+            raise ModelNotFound(
+                f"model {shown(query)} not found: names are at most {MAX_NAME_LENGTH} characters"
+            )
+        models = self.list()
+        exact = _exact(query, models)
+        if exact is not None:
+            return exact
+        candidates = _prefixed(query, models)
         if len(candidates) == 1:
             return candidates[0]
         if candidates:
@@ -134,6 +148,18 @@ class Store:
             )
         ordered = sorted(models, key=lambda m: m.name.lower())
         raise ModelNotFound(f"model {query!r} not found; available: {_names(ordered)}")
+
+    def resolve_exact(self, name: str) -> StoredModel:
+        """Find a model by its exact name or alias only (any case; `x:latest` == `x`): what removal
+        takes, so `o/b` never deletes `hf.co/o/Beta-GGUF:q4_k_m`. A prefix gets "did you mean"."""
+        query = check_name(name, action="look up")
+        models = self.list()
+        exact = _exact(query, models)
+        if exact is not None:
+            return exact
+        candidates = sorted(_prefixed(query, models), key=lambda m: m.name.lower())
+        hint = f"; did you mean {_names(candidates)}? (give the whole name)" if candidates else ""
+        raise ModelNotFound(f"model {query!r} not found{hint}")
 
     def default_model(self, configured: str | None = None) -> StoredModel | None:
         """The model to serve when a request names none.
@@ -185,7 +211,17 @@ class Store:
             return {}
         if not isinstance(data, dict):
             return {}
-        return {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
+        aliases = {}
+        for alias, target in data.items():
+            try:
+                check_name(str(alias), action="list the alias")
+            except StoreError as exc:  # written by an older kinfer, or by hand
+                if warnings is not None:
+                    warnings.append(f"ignored an alias in {path}: {exc.message}")
+                continue
+            if isinstance(target, str):
+                aliases[str(alias)] = target
+        return aliases
 
     def _alias_entries(self, models: list[StoredModel], warnings: list[str]) -> list[StoredModel]:
         by_key: dict[str, StoredModel] = {}
@@ -205,7 +241,7 @@ class Store:
 
     def copy(self, source: str, alias: str) -> StoredModel:
         """Give a model a second name (Ollama's /api/copy); the files are shared, not copied."""
-        alias = check_name(alias, action="create the alias")
+        alias = check_new_name(alias, action="create the alias")
         target = self.resolve(source)
         target_name = target.alias_of or target.name
         clash = [m for m in self.list() if not m.is_alias and name_key(m.name) == name_key(alias)]
@@ -232,7 +268,7 @@ class Store:
         that would reach outside `home/models`.
         """
         check_name(name, action="remove")
-        model = self.resolve(name)
+        model = self.resolve_exact(name)
         if model.is_alias:
             self._drop_aliases(lambda alias, _target: name_key(alias) != name_key(model.name))
             return model

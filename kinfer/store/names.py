@@ -10,6 +10,11 @@ from kinfer.errors import StoreError
 LATEST = ":latest"
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _MAX_SLUG = 120
+# the longest name a model may have: hf.co/ + a Hub repo id (96 + 96) + a tag leaves room to spare
+MAX_NAME_LENGTH = 256
+# what a new name (an alias) may hold, as Ollama's names: `part/part:tag` of [A-Za-z0-9._-]
+_PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+_NEW_NAME = re.compile(rf"^{_PART}(?:/{_PART})*(?::{_PART})?$")
 
 
 def name_key(name: str) -> str:
@@ -18,8 +23,14 @@ def name_key(name: str) -> str:
     return key.removesuffix(LATEST) if key != LATEST else key
 
 
+def shown(name: str, limit: int = 80) -> str:
+    """A name as an error message quotes it: a 20-million-character name is not repeated back."""
+    return repr(name) if len(name) <= limit else repr(name[:limit]) + f"... ({len(name):,} characters)"
+
+
 def check_name(name: str, *, action: str) -> str:
-    """Refuse a name that reads as a filesystem path (`../x`, `/etc/passwd`, `C:\\x`, `~/x`).
+    """Refuse a name that reads as a filesystem path (`../x`, `/etc/passwd`, `C:\\x`, `~/x`), or is
+    longer than `MAX_NAME_LENGTH`.
 
     Model names may contain `/` (`hf.co/owner/repo`), but never a `..` segment, a leading `/` or
     `~`, a backslash or a control character. Checked before any lookup, so a path can never be
@@ -29,6 +40,8 @@ def check_name(name: str, *, action: str) -> str:
     why = None
     if not stripped:
         why = "the name is empty"
+    elif len(stripped) > MAX_NAME_LENGTH:
+        why = f"model names are at most {MAX_NAME_LENGTH} characters"
     elif stripped.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[\\/]", stripped):
         why = "it is a path, not a model name"
     elif "\\" in stripped or any(ord(c) < 32 for c in stripped):
@@ -38,7 +51,18 @@ def check_name(name: str, *, action: str) -> str:
     elif "//" in stripped or stripped.endswith("/"):
         why = "model names contain no empty path segments"
     if why:
-        raise StoreError(f"refusing to {action} {name!r}: {why}")
+        raise StoreError(f"refusing to {action} {shown(name)}: {why}")
+    return stripped
+
+
+def check_new_name(name: str, *, action: str) -> str:
+    """`check_name`, plus the characters a name kinfer gives (an alias) may hold."""
+    stripped = check_name(name, action=action)
+    if not _NEW_NAME.match(stripped):
+        raise StoreError(
+            f"refusing to {action} {shown(name)}: a model name is letters, digits, '.', '_' and '-', "
+            "in parts joined by '/', with an optional ':tag' (e.g. my-model:latest)"
+        )
     return stripped
 
 

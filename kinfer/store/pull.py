@@ -39,6 +39,7 @@ from kinfer.store.manifest import (
     write_json_atomic,
 )
 from kinfer.store.models import StoredModel
+from kinfer.store.names import check_name
 from kinfer.store.nofollow import (
     folder_inside,
     is_regular,
@@ -99,6 +100,7 @@ def pull(
     report.emit("pulling manifest", "resolving")
     plan = plan_pull(client, hub_ref)
     check_listed_paths(plan)
+    check_name(plan.name, action="install")  # the tag comes from a file name the hub chose
     report.model = plan.name
     report.overall_total = plan.total
     logger.info(

@@ -23,7 +23,9 @@ DEFAULT_REVISION = "main"
 # Ollama's default tag; as a selector it means "pick for me"
 LATEST = "latest"
 
-_NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")  # the Hub allows 96 characters
+MAX_REF_LENGTH = 1024  # a URL to one file, with room; anything longer is not a reference
+MAX_SELECTOR_LENGTH = 200
 
 # a quantization tag inside a file name: Q4_K_M, IQ4_XS, Q8_0, BF16, F16, UD-Q4_K_XL's Q4_K_XL, MXFP4...
 _QUANT_TAG = re.compile(
@@ -53,6 +55,9 @@ class HubRef:
 def parse_ref(text: str) -> HubRef:
     """Parse a pull reference; raises `InvalidRequest` with the accepted forms when it is not one."""
     raw = text.strip()
+    if len(raw) > MAX_REF_LENGTH or any(ord(c) < 32 for c in raw):
+        shown = repr(raw[:80]) + ("..." if len(raw) > 80 else "")
+        raise InvalidRequest(f"not a model reference: {shown} (too long, or holds control characters)")
     if raw.startswith(("http://", "https://")):
         return _parse_url(raw)
     rest = raw
@@ -63,6 +68,10 @@ def parse_ref(text: str) -> HubRef:
     repo, _, selector = rest.partition(":")
     repo_id = _check_repo(repo, text)
     selector = selector.strip() or None
+    if selector is not None and len(selector) > MAX_SELECTOR_LENGTH:
+        raise InvalidRequest(
+            f"not a model reference: the part after ':' is over {MAX_SELECTOR_LENGTH} characters"
+        )
     if selector is not None and selector.lower() == LATEST:
         selector = None
     return HubRef(repo_id=repo_id, selector=selector)

@@ -197,6 +197,43 @@ def test_a_10_mb_prompt_is_a_400_without_holding_the_engine(client: httpx.Client
 def test_a_10_mb_model_name_is_not_found(client: httpx.Client, route: Route):
     reply = client.post(route.path, json=route.body(model="m" * TEN_MB))
     assert_refused(route.path, reply, 404)
+    assert len(reply.content) < 4096  # the name is not repeated back
+
+
+# ---- names that would be stored: a length and an alphabet ------------------------------------------
+
+TWENTY_MILLION = 20_000_000
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/api/copy", {"source": "smollm2", "destination": "a" * TWENTY_MILLION}),
+        ("POST", "/api/copy", {"source": "smollm2", "destination": "a" * 257}),
+        ("POST", "/api/pull", {"model": "o/" + "r" * TWENTY_MILLION, "stream": True}),
+        ("POST", "/api/pull", {"model": "o/repo:" + "q" * 10_000, "stream": False}),
+        ("POST", "/api/pull", {"model": "o/" + "r" * 97, "stream": False}),
+        ("POST", "/api/show", {"model": "s" * TWENTY_MILLION}),
+        ("DELETE", "/api/delete", {"model": "s" * TWENTY_MILLION}),
+    ],
+    ids=["copy-20M", "copy-257", "pull-20M", "pull-long-tag", "pull-long-repo", "show-20M", "delete-20M"],
+)
+def test_an_overlong_name_is_refused_briefly_and_nothing_is_stored(client: httpx.Client, method, path, body):
+    reply = client.request(method, path, json=body)
+    assert_refused(path, reply)
+    assert len(reply.content) < 4096  # the name is not repeated back
+    assert [m["name"] for m in client.get("/api/tags").json()["models"]] == ["smollm2:135m"]
+
+
+@pytest.mark.parametrize(
+    "alias", ["my model", "a;b", "caf\u00e9", "x:y:z", "-x", "a/", "tab\tname", "<script>"]
+)
+def test_an_alias_is_letters_digits_dot_dash_underscore(client: httpx.Client, alias: str):
+    reply = client.post("/api/copy", json={"source": "smollm2", "destination": alias})
+    assert "refusing to create the alias" in assert_refused("/api/copy", reply, 400)
+    good = client.post("/api/copy", json={"source": "smollm2", "destination": "Team_A/smol-2.1:v1"})
+    assert good.status_code == 200, good.text
+    assert client.request("DELETE", "/api/delete", json={"model": "team_a/smol-2.1:v1"}).status_code == 200
 
 
 def test_a_body_over_the_limit_is_a_413_in_every_dialect(tmp_path: Path):

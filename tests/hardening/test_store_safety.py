@@ -166,3 +166,22 @@ def test_a_link_planted_in_partial_never_reaches_outside_the_store(
     else:
         assert reply.status_code == 400 and "symbolic link" in reply.json()["error"], reply.text
         assert "hf.co/o/Linked-GGUF:q4_k_m" not in names
+
+
+def test_deleting_takes_the_exact_name_or_alias_never_a_prefix(tmp_path: Path):
+    home = tmp_path / "home"
+    [beta] = write_tiny_gguf(home / "models" / "Beta-GGUF-Q8_0.gguf")
+    with (
+        running_server(server_settings(home)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        for prefix in ("beta", "Beta-GGUF", "beta-gguf-q8"):
+            reply = client.request("DELETE", "/api/delete", json={"model": prefix})
+            assert reply.status_code == 404, reply.text
+            assert "did you mean Beta-GGUF-Q8_0?" in reply.json()["error"]
+        assert beta.exists()
+        assert client.post("/api/copy", json={"source": "beta", "destination": "b"}).status_code == 200
+        assert client.request("DELETE", "/api/delete", json={"model": "b"}).status_code == 200  # the alias
+        assert beta.exists()
+        assert client.request("DELETE", "/api/delete", json={"model": "beta-gguf-q8_0"}).status_code == 200
+        assert not beta.exists()

@@ -187,3 +187,33 @@ def test_format_size(n: int, text: str) -> None:
 )
 def test_format_age(seconds: float, text: str) -> None:
     assert format_age(1_000_000 - seconds, now=1_000_000) == text
+
+
+def test_cp_refuses_an_alias_that_is_no_model_name(kinfer) -> None:
+    result = kinfer("cp", "smollm2", "my model")
+    assert result.returncode == 1
+    assert "a model name is letters, digits, '.', '_' and '-'" in result.stderr
+    long = kinfer("cp", "smollm2", "x" * 300)
+    assert long.returncode == 1 and "at most 256 characters" in long.stderr
+    assert "my model" not in kinfer("list").stdout
+
+
+def test_rm_takes_the_whole_name_and_says_which_one_was_meant(kinfer, kinfer_home: Path) -> None:
+    [tiny] = write_tiny_gguf(kinfer_home / "models" / "tiny-assistant.gguf")
+
+    result = kinfer("rm", "tiny")
+
+    assert result.returncode == 1
+    assert "model 'tiny' not found; did you mean tiny-assistant?" in result.stderr
+    assert tiny.exists()
+
+
+def test_an_overlong_alias_left_by_an_older_kinfer_is_ignored(kinfer, kinfer_home: Path) -> None:
+    (kinfer_home / "aliases.json").write_text(
+        json.dumps({"a" * 100_000: "smollm2:135m", "ok": "smollm2:135m"})
+    )
+
+    result = kinfer("list")
+
+    assert "ok" in result.stdout and "aaaa" not in result.stdout
+    assert "ignored an alias" in result.stderr and len(result.stderr) < 1000

@@ -40,7 +40,7 @@ def test_a_split_set_goes_whole_and_only_it(store: Store) -> None:
 def test_a_pulled_split_model_goes_whole(store: Store, pull_gguf) -> None:
     model = pull_gguf("hf.co/owner/big:f16", filename="big.gguf", quant="F16", split=2)
 
-    store.remove("hf.co/owner/big")
+    store.remove("hf.co/owner/big:f16")
 
     assert not any(f.exists() for f in model.files)
     assert store.list() == []
@@ -135,3 +135,15 @@ def test_removing_the_default_model_clears_the_mark(store: Store, pull_gguf) -> 
 def test_an_unknown_name_is_not_found(store: Store) -> None:
     with pytest.raises(ModelNotFound):
         store.remove("nothing-here")
+
+
+def test_removal_takes_the_exact_name_never_a_prefix(store: Store, pull_gguf) -> None:
+    beta = pull_gguf("hf.co/o/Beta-GGUF:q4_k_m", filename="beta.gguf", quant="Q8_0")
+
+    for prefix in ("o/b", "hf.co/o/Beta", "o/Beta-GGUF"):
+        with pytest.raises(ModelNotFound, match=r"did you mean hf\.co/o/Beta-GGUF:q4_k_m\?"):
+            store.remove(prefix)
+    assert all(f.exists() for f in beta.files)
+
+    store.remove("HF.CO/o/beta-gguf:Q4_K_M")  # names compare without case, as everywhere
+    assert store.list() == []

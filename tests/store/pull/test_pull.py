@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from kinfer.errors import ModelNotFound
+from kinfer.errors import ModelNotFound, StoreError
 from kinfer.store.catalog import Store
 from kinfer.store.hub import GatedRepo, HubClient, HubUnreachable
 from kinfer.store.progress import PullProgress
@@ -427,3 +427,14 @@ def test_gguf_suggestions_fall_back_to_the_gguf_tag(hub: HubServer, gguf_bytes) 
     hub.repos["someone/tiny-bert-onnx"] = FakeRepo({"model.onnx": b"\0"})
 
     assert HubClient().search_gguf("tiny-bert", exclude="google/tiny-bert") == ["someone/tiny-bert-quantized"]
+
+
+def test_a_hub_file_name_too_long_for_a_model_name_is_refused(
+    hub: HubServer, store: Store, gguf_bytes
+) -> None:
+    # without a quant tag the file's stem becomes the tag: the hub chooses the name's length
+    hub.repos["o/Long-GGUF"] = FakeRepo({"m" * 300 + ".gguf": gguf_bytes()})
+    with pytest.raises(StoreError, match="at most 256 characters"):
+        pull(store, "o/Long-GGUF")
+    assert names(store) == []
+    assert fetched(hub) == set()
