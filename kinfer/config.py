@@ -60,8 +60,8 @@ class Settings:
     origins: str = _setting(
         "http://localhost,http://127.0.0.1", "CORS origins allowed, comma separated ('*' for any)"
     )
-    allowed_hosts: str = _setting(
-        "", "Host names answered besides localhost and loopback IPs, comma separated ('*' for any)"
+    allowed_hosts: str | None = _setting(
+        None, "Host names answered besides localhost and loopback IPs, comma separated ('*' for any)"
     )
     log_level: str = _setting("info", "logging level", choices=("debug", "info", "warning", "error"))
 

@@ -85,8 +85,8 @@ class HostPolicy:
     the listed names are. An entry `*.example.com` admits every subdomain; ports are ignored.
     """
 
-    def __init__(self, allowed_hosts: str, bind_host: str) -> None:
-        entries = [split_host(e) for e in allowed_hosts.split(",") if e.strip()]
+    def __init__(self, allowed_hosts: str | None, bind_host: str) -> None:
+        entries = [split_host(e) for e in (allowed_hosts or "").split(",") if e.strip()]
         loopback_bind = is_loopback(bind_host) if bind_host else False
         self.any = "*" in entries or (not entries and not loopback_bind)
         self.any_ip = not loopback_bind
