@@ -256,7 +256,7 @@ def _forget_stale(staging: Path, plan: PullPlan) -> None:
     wanted = {f.path: f.sha256 or f.blob_id or str(f.size) for f in plan.files}
     try:
         before = json.loads(read_text_nofollow(state_path) or "{}")  # a link is no state of ours
-    except ValueError:
+    except (OSError, ValueError):
         before = {}
     if isinstance(before, dict):
         for path, ident in before.items():

