@@ -88,6 +88,18 @@ def read_sentence_transformers(path: Path) -> SentenceTransformers | None:
     return SentenceTransformers(pooling, normalize, tuple(others))
 
 
+ENCODER_TYPES = frozenset({"bert", "xlm-roberta", "xlm_roberta", "roberta", "modernbert", "nomic_bert"})
+
+
+def embedding_pooling(folder: Path, config: dict) -> Pooling | None:
+    """A Hugging Face directory's pooling when it is an embedding model (sentence-transformers files,
+    or an encoder-only architecture), None for a generative model."""
+    pipeline = read_sentence_transformers(folder)
+    if pipeline is not None:
+        return pipeline.pooling
+    return "mean" if config.get("model_type") in ENCODER_TYPES else None
+
+
 def _pooling_of(folder: Path) -> Pooling:
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))

@@ -32,7 +32,8 @@ from kinfer.errors import EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
 
-EMBED_SEQUENCES = 64  # inputs per pass at most (llama.cpp caps sequence ids at 256)
+EMBED_SEQUENCES = 128  # sequence ids per pass, fillers included (llama.cpp caps them at 256)
+ALIGN = 16  # cells an input's start is aligned to (8 sufficed with AVX2; measured in _fill's terms)
 CAUSAL_UBATCH = 512
 POOLING_CODE = {
     "mean": lib.LLAMA_POOLING_TYPE_MEAN,
@@ -81,7 +82,8 @@ class LlamaEmbedder:
         params = lib.llama_context_default_params()
         params.n_ctx = self.capacity
         params.n_batch = self.capacity
-        params.n_ubatch = min(CAUSAL_UBATCH, self.capacity) if causal else self.capacity
+        self._ubatch = min(CAUSAL_UBATCH, self.capacity) if causal else self.capacity
+        params.n_ubatch = self._ubatch
         params.n_seq_max = self.sequences
         params.n_threads = threads
         params.n_threads_batch = threads
@@ -96,31 +98,22 @@ class LlamaEmbedder:
         self._mem = lib.llama_get_memory(self._ctx)
         self.dimensions = native.model_embedding_length(model)
         self._batch = native.TokenBatch(self.capacity)
+        self._filler_token = max(0, int(lib.llama_vocab_bos(lib.llama_model_get_vocab(model))))
         self.passes = 0
 
     def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
         """One pooled vector per input; as many inputs per `llama_decode` as fit."""
         vectors: list[np.ndarray] = []
-        batch = self._batch
         i = 0
         while i < len(inputs):
-            if len(inputs[i]) > self.max_tokens:
-                raise InvalidRequest(f"an input of {len(inputs[i])} tokens exceeds {self.max_tokens}")
-            batch.clear()
-            count = 0
-            while (
-                i + count < len(inputs)
-                and count < self.sequences
-                and batch.n + len(inputs[i + count]) <= self.capacity
-            ):
-                for pos, token in enumerate(inputs[i + count]):
-                    batch.add(token, pos, count, True)
-                count += 1
+            count = self._fill(inputs, i)
             if self._mem:
                 lib.llama_memory_clear(self._mem, True)
-            rc = native.decode(self._ctx, batch)
+            rc = native.decode(self._ctx, self._batch)
             if rc != 0:
-                raise EngineFailure(f"llama_decode failed ({rc}) on an embedding pass of {batch.n} tokens")
+                raise EngineFailure(
+                    f"llama_decode failed ({rc}) on an embedding pass of {self._batch.n} tokens"
+                )
             for seq in range(count):
                 ptr = lib.llama_get_embeddings_seq(self._ctx, seq)
                 if not ptr:
@@ -130,6 +123,40 @@ class LlamaEmbedder:
             self.passes += 1
             i += count
         return vectors
+
+    def _fill(self, inputs: list[tuple[int, ...]], first: int) -> int:
+        """Put inputs[first:] into the batch while they fit; returns how many went in.
+
+        Each input starts at a multiple of ALIGN cells and never straddles a micro-batch boundary
+        it could stay within; each gap is filled by a filler sequence of its own that nobody attends to. A
+        batched input then meets the same kernels, in the same lanes, as when it runs alone, and its
+        vector is the solo one bit for bit (unaligned, 1 input in 3 differed, cosine down to 0.9998
+        on SmolLM2)."""
+        batch = self._batch
+        batch.clear()
+        count = gaps = 0
+        # sequence ids: inputs count up from 0, each gap's filler takes one from the top down
+        while first + count < len(inputs) and count + gaps + 2 <= self.sequences:
+            tokens = inputs[first + count]
+            if len(tokens) > self.max_tokens:
+                raise InvalidRequest(f"an input of {len(tokens)} tokens exceeds {self.max_tokens}")
+            start = self._place(batch.n, len(tokens))
+            if count and start + len(tokens) > self.capacity:
+                break
+            if batch.n < start:
+                filler = self.sequences - 1 - gaps
+                for pos in range(start - batch.n):
+                    batch.add(self._filler_token, pos, filler, True)
+                gaps += 1
+            for pos, token in enumerate(tokens):
+                batch.add(token, pos, count, True)
+            count += 1
+        return count
+
+    def _place(self, at: int, length: int) -> int:
+        start = -(-at // ALIGN) * ALIGN
+        room = self._ubatch - start % self._ubatch
+        return start + room if length > room else start
 
     def close(self) -> None:
         if self._batch is not None:

@@ -29,6 +29,7 @@ from kinfer.engines.embedding import (
     EMBED_BATCH_TOKENS,
     MAX_EMBED_TOKENS,
     SentenceTransformers,
+    embedding_pooling,
     is_matryoshka,
     read_sentence_transformers,
 )
@@ -36,19 +37,13 @@ from kinfer.errors import EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
 
-ENCODER_TYPES = frozenset({"bert", "xlm-roberta", "xlm_roberta", "roberta", "modernbert", "nomic_bert"})
 POSITION_OFFSET = {"xlm-roberta": 2, "xlm_roberta": 2, "roberta": 2}  # RoBERTa's positions start at 2
 
 
 def is_embedding_directory(path: Path) -> bool:
     """A sentence-transformers directory, or an encoder-only architecture (never a chat model)."""
-    if (path / "modules.json").is_file():
-        return True
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and config.get("model_type") in ENCODER_TYPES
+    config = _read_json(path / "config.json")
+    return embedding_pooling(path, config) is not None
 
 
 def pool(states: mx.array, lengths: mx.array, pooling: Pooling) -> mx.array:
