@@ -53,18 +53,16 @@ def openai_inputs(value: Any) -> tuple[EmbedInput, ...]:
         raise InvalidRequest(f"input holds {len(value)} items; at most {MAX_EMBED_INPUTS} per request")
     if all(_is_int(v) for v in value):
         return (tuple(value),)
+    texts = isinstance(value[0], str)  # all strings, or all token lists: OpenAI mixes no shapes
     items: list[EmbedInput] = []
     for index, item in enumerate(value):
-        if isinstance(item, str):
-            if not item:
-                raise InvalidRequest(f"input[{index}] must not be an empty string")
+        if texts and isinstance(item, str) and item:
             items.append(item)
-        elif isinstance(item, list) and item and all(_is_int(t) for t in item):
+        elif not texts and isinstance(item, list) and item and all(_is_int(t) for t in item):
             items.append(tuple(item))
         else:
-            raise InvalidRequest(
-                f"input[{index}] must be a non-empty string or a non-empty list of token ids (integers)"
-            )
+            shape = "a non-empty string" if texts else "a non-empty list of token ids (integers)"
+            raise InvalidRequest(f"input[{index}] must be {shape}, like input[0]")
     return tuple(items)
 
 
