@@ -98,6 +98,7 @@ def embeddings_json(result: EmbedResult, encoding: str) -> dict[str, Any]:
 
 
 @blueprint.post("/v1/embeddings")
+@blueprint.post("/embeddings")
 async def embeddings() -> Response:
     body = await read_body(EmbeddingsBody)
     request = to_embed_request(body, f"embd-{uuid.uuid4().hex}")

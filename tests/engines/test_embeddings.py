@@ -89,7 +89,8 @@ def test_llama_cpp_bert_equals_llama_cpp_python_embed(tiny, bert_llama: LlamaEmb
 def test_llama_cpp_a_batch_of_32_equals_the_32_solo_runs(bert_llama: LlamaEmbeddingEngine) -> None:
     passes = bert_llama.stats().steps_total
     batched = embed_texts(bert_llama, THIRTY_TWO)
-    assert bert_llama.stats().steps_total == passes + 1  # all 32 inputs in one llama_decode
+    # ~360 tokens (16-aligned: ~580) in llama_decodes of up to 512 tokens: two passes for 32 inputs
+    assert bert_llama.stats().steps_total == passes + 2
     solo = [embed_texts(bert_llama, [t])[0] for t in THIRTY_TWO]
     assert min(cosine(b, s) for b, s in zip(batched, solo, strict=True)) >= SAME
 

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 EMBED_SEQUENCES = 128  # sequence ids per pass, fillers included (llama.cpp caps them at 256)
 ALIGN = 16  # cells an input's start is aligned to (8 sufficed with AVX2; measured in _fill's terms)
-CAUSAL_UBATCH = 512
+PASS_TOKENS = 512  # tokens per llama_decode (llama-server's default micro-batch), unless one input is longer
+# (every token of a pass attends, masked, over the whole pass: the cost grows with its square)
 POOLING_CODE = {
     "mean": lib.LLAMA_POOLING_TYPE_MEAN,
     "cls": lib.LLAMA_POOLING_TYPE_CLS,
@@ -77,12 +78,12 @@ class LlamaEmbedder:
         self, model: int, *, pooling: Pooling, causal: bool, max_tokens: int, threads: int, gpu: bool
     ) -> None:
         self.max_tokens = max_tokens
-        self.capacity = max(max_tokens, EMBED_BATCH_TOKENS)
+        self.capacity = max(max_tokens, PASS_TOKENS)
         self.sequences = min(EMBED_SEQUENCES, native.max_sequences())
         params = lib.llama_context_default_params()
         params.n_ctx = self.capacity
         params.n_batch = self.capacity
-        self._ubatch = min(CAUSAL_UBATCH, self.capacity) if causal else self.capacity
+        self._ubatch = PASS_TOKENS if causal else self.capacity
         params.n_ubatch = self._ubatch
         params.n_seq_max = self.sequences
         params.n_threads = threads
@@ -141,7 +142,7 @@ class LlamaEmbedder:
             if len(tokens) > self.max_tokens:
                 raise InvalidRequest(f"an input of {len(tokens)} tokens exceeds {self.max_tokens}")
             start = self._place(batch.n, len(tokens))
-            if count and start + len(tokens) > self.capacity:
+            if count and start + len(tokens) > PASS_TOKENS:
                 break
             if batch.n < start:
                 filler = self.sequences - 1 - gaps
