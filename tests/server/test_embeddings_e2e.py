@@ -279,7 +279,6 @@ def test_litellm_embedding(
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
-    monkeypatch.setattr(litellm, "telemetry", False)
     base = server.url + ("/v1" if provider == "openai" else "")
     reply = litellm.embedding(model=f"{provider}/{GGUF}", input=TEXTS, api_base=base, api_key="unused")
     vectors = [item["embedding"] for item in reply.data]
