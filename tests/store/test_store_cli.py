@@ -187,3 +187,16 @@ def test_format_size(n: int, text: str) -> None:
 )
 def test_format_age(seconds: float, text: str) -> None:
     assert format_age(1_000_000 - seconds, now=1_000_000) == text
+
+
+def test_show_an_embedding_model(kinfer, kinfer_home: Path) -> None:
+    from tests.fixtures.tiny_embed import write_tiny_bert_gguf
+
+    write_tiny_bert_gguf(kinfer_home / "models" / "tiny-embed.gguf", pooling="cls")
+
+    result = kinfer("show", "tiny-embed")
+
+    assert result.returncode == 0, result.stderr
+    lines = [line.split(None, 1) for line in result.stdout.splitlines() if line.strip()]
+    fields = {k: v.strip() for k, v in (line for line in lines if len(line) == 2)}
+    assert (fields["capabilities"], fields["pooling"], fields["architecture"]) == ("embedding", "cls", "bert")
