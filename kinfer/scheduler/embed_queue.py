@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -51,7 +52,7 @@ class EmbedQueue:
             self._jobs.append(self._tokenize(engine, work))
         except Exception as exc:
             error = exc if isinstance(exc, KinferError) else EngineFailure(f"could not tokenize: {exc}")
-            work.reply.set_exception(error)
+            _settle(work.reply, error=error)
 
     @staticmethod
     def _tokenize(engine: Engine, work: EmbedWork) -> _EmbedJob:
@@ -118,8 +119,8 @@ class EmbedQueue:
         for job in touched.values():
             if job.done == len(job.inputs):
                 self._jobs.remove(job)
-                job.work.reply.set_result(
-                    ([v for v in job.vectors if v is not None], [len(i) for i in job.inputs])
+                _settle(
+                    job.work.reply, ([v for v in job.vectors if v is not None], [len(i) for i in job.inputs])
                 )
             else:
                 self._call_soon(job.work.progress, job.done, job.tokens_done)
@@ -139,5 +140,16 @@ class EmbedQueue:
     def _fail(self, job: _EmbedJob, error: Exception) -> None:
         if job in self._jobs:
             self._jobs.remove(job)
-        if not job.work.reply.done():
-            job.work.reply.set_exception(error)
+        _settle(job.work.reply, error=error)
+
+
+def _settle(reply: Future, result: object = None, *, error: Exception | None = None) -> None:
+    """Answer the request, unless it is already answered or was cancelled (the client left while
+    its inputs were in a pass)."""
+    try:
+        if error is not None:
+            reply.set_exception(error)
+        else:
+            reply.set_result(result)
+    except InvalidStateError:
+        pass

@@ -115,7 +115,11 @@ class EngineWorker:
             self._expire_waiting()
             self._admit(engine)
             if self._embeds:  # one bounded embedding pass per turn, between chat steps
-                self._embeds.run_pass(engine)
+                try:
+                    self._embeds.run_pass(engine)
+                except Exception as exc:  # never the engine thread's end: fail the embeddings only
+                    log.exception("embedding on %s failed", self.name)
+                    self._embeds.fail_all(EngineFailure(f"embedding failed: {exc}"))
             if not engine.has_work:
                 continue
             try:

@@ -239,3 +239,20 @@ def test_a_request_larger_than_the_pass_budget_is_embedded_over_several_turns(
     assert turns == 3 and progress == [(16, 2048), (32, 4096)]
     vectors, tokens = reply.result(timeout=1)
     assert len(vectors) == 40 and tokens == [128] * 40
+
+
+def test_a_request_cancelled_during_its_pass_is_dropped_quietly(bert_llama: LlamaEmbeddingEngine) -> None:
+    from concurrent.futures import Future
+
+    from kinfer.embedding import EmbedRequest
+    from kinfer.scheduler.jobs import EmbedWork
+
+    queue = EmbedQueue(lambda callback, *args: callback(*args))
+    gone: Future = Future()
+    kept: Future = Future()
+    for job_id, reply in (("gone", gone), ("kept", kept)):
+        work = EmbedWork(EmbedRequest(model="tiny-embed", inputs=("hello",)), job_id, reply, lambda *p: None)
+        queue.prepare(bert_llama, work)
+    gone.cancel()  # the client left; its Cancel has not reached the engine thread yet
+    queue.run_pass(bert_llama)
+    assert not queue and len(kept.result(timeout=1)[0]) == 1

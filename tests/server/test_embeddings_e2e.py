@@ -331,6 +331,22 @@ def test_an_embedding_never_waits_for_a_long_chat_reply(server: LiveServer, oll:
         writer.join(300)
 
 
+def test_a_client_that_leaves_cancels_the_rest_of_its_inputs(server: LiveServer, oll: ollama.Client) -> None:
+    # 2,048 inputs of 128 tokens (truncated): hundreds of 2,048-token turns of the engine loop
+    many = [f"{n} {LONG}" for n in range(2048)]
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(server.url + "/api/embed", json={"model": GGUF, "input": many}, timeout=1.0)
+    started = time.monotonic()
+    assert len(oll.embed(model=GGUF, input=["still here"]).embeddings) == 1
+    waited = time.monotonic() - started
+    left = next(r for r in server.runtime.scheduler.snapshot().requests if r.tail.endswith("/2048 inputs"))
+    assert left.finish == "cancelled"
+    done = int(left.tail.split()[1].split("/")[0])
+    assert done < 2048
+    # the next request waited for at most the pass under way, not for the abandoned inputs
+    assert waited < 5, (waited, done)
+
+
 def test_metrics_count_embedded_inputs_and_tokens(server: LiveServer, oai: openai.OpenAI) -> None:
     def counters() -> dict[str, float]:
         text = httpx.get(server.url + "/metrics").text
