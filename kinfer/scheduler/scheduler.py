@@ -210,6 +210,9 @@ class Scheduler:
         loaded.worker.send(EmbedWork(request, job_id, reply, ticket.on_progress))
         try:
             vectors, tokens = await asyncio.wrap_future(reply)
+            finished = tuple(
+                finish_vector(v, normalize=request.normalize, dimensions=request.dimensions) for v in vectors
+            )
         except BaseException as exc:
             cancelled = isinstance(exc, asyncio.CancelledError)
             if cancelled:
@@ -217,9 +220,6 @@ class Scheduler:
             ticket.on_error(cancelled)
             self._retire_embed(ticket, loaded)
             raise
-        finished = tuple(
-            finish_vector(v, normalize=request.normalize, dimensions=request.dimensions) for v in vectors
-        )
         ticket.on_done(sum(tokens), finished[0].shape[0] if finished else 0)
         self.embedded_inputs_total += len(finished)
         self.embedded_tokens_total += ticket.prompt_tokens

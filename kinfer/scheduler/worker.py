@@ -120,6 +120,8 @@ class EngineWorker:
                 except Exception as exc:  # never the engine thread's end: fail the embeddings only
                     log.exception("embedding on %s failed", self.name)
                     self._embeds.fail_all(EngineFailure(f"embedding failed: {exc}"))
+                if not engine.has_work:  # the chat path below refreshes them otherwise
+                    self.stats, stats_at = engine.stats(), time.monotonic()
             if not engine.has_work:
                 continue
             try:
