@@ -193,7 +193,7 @@ class MlxEmbeddingEngine:
     def has_work(self) -> bool:
         return False
 
-    def submit(self, job: GenerationJob) -> None:
+    def submit(self, job: GenerationJob) -> int:
         raise InvalidRequest(f"{self.info.name} is an embedding model; it does not generate text")
 
     def cancel(self, job_id: str) -> None:
