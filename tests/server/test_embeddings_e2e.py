@@ -366,21 +366,23 @@ def test_metrics_count_embedded_inputs_and_tokens(server: LiveServer, oai: opena
 def test_the_dashboard_shows_embedding_requests(server: LiveServer, oai: openai.OpenAI) -> None:
     from kinfer.tui.live import LiveSource
 
-    source = LiveSource(server.runtime.scheduler)
+    source = LiveSource(server.runtime.scheduler, server.runtime.requests)
     server.call(_open(source))
     try:
         oai.embeddings.create(model=GGUF, input=TEXTS)
-        sample = server.call(_sample(source))
+        entries, sample = [], None
+        for _ in range(100):  # the access log's record follows the response's last byte
+            sample = server.call(_sample(source))
+            entries += [e for e in sample.finished if e.request_id.startswith("embd-")]
+            if entries:
+                break
+            time.sleep(0.05)
     finally:
         server.call(_close(source))
-    entry = next(e for e in sample.finished if e.request_id.startswith("embd-"))
-    assert (entry.dialect, entry.model, entry.prompt_tokens, entry.generated, entry.finish) == (
-        "openai",
-        GGUF,
-        18,
-        0,
-        "stop",
-    )
+    # the request log's line: the HTTP request with the embedding it ran
+    entry = entries[0]
+    assert (entry.path, entry.status, entry.dialect, entry.model) == ("/v1/embeddings", 200, "openai", GGUF)
+    assert (entry.prompt_tokens, entry.generated, entry.finish) == (18, 0, "stop")
     row = next(r for r in sample.scheduler.requests if r.request_id == entry.request_id)
     assert row.tail == "embed 3/3 inputs -> 32 dims" and row.state == "done"
 
