@@ -61,6 +61,12 @@ class SchedulerCollector(Collector):
                 snap.reused_tokens_total,
                 "Prompt tokens adopted from the prefix pool",
             ),
+            ("kinfer_embedded_inputs", snap.embedded_inputs_total, "Inputs embedded by finished requests"),
+            (
+                "kinfer_embedded_tokens",
+                snap.embedded_tokens_total,
+                "Tokens of the inputs embedded by finished requests (also in kinfer_prompt_tokens)",
+            ),
         ):
             family = CounterMetricFamily(name, help_text)
             family.add_metric([], value)

@@ -140,6 +140,8 @@ def _details_lines(details: dict[str, Any], model: StoredModel) -> list[str]:
         ("context length", details["context_length"]),
         ("embedding length", details["embedding_length"]),
         ("layers", details["block_count"]),
+        ("capabilities", ", ".join(details["capabilities"])),
+        ("pooling", details["pooling"]),
         ("chat template", yes(details["has_chat_template"])),
         ("thinking", yes(details["thinking"])),
         ("tool calls", TOOL_FORMAT_LABELS.get(details["tool_format"], details["tool_format"])),

@@ -8,11 +8,37 @@ routes each `JobUpdate` to the request it belongs to. The engine never blocks on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from kinfer.protocol import FinishReason, Sampling
 
+if TYPE_CHECKING:
+    import numpy as np
+
 EngineName = Literal["llama.cpp", "mlx"]  # the engines kinfer ships
+Pooling = Literal["mean", "cls", "last", "max"]  # how one vector is made of a sequence's token states
+
+
+@dataclass(frozen=True)
+class EmbeddingSpec:
+    """How a loaded model embeds text (see kinfer/engines/embedding.py).
+
+    `pooling`: from the model's metadata (GGUF `<arch>.pooling_type`, sentence-transformers'
+    1_Pooling/config.json); "last" for a generative model, as Ollama takes the last token's state.
+    `max_tokens`: the longest input (special tokens included) one forward pass takes.
+    `batch_tokens`: tokens the engine embeds in one pass, over all the inputs it batches.
+    `appends_eos`: the tokenizer ends every input with a special token (BERT's [SEP], Qwen3-Embedding's
+    <|endoftext|>), which truncation keeps. `matryoshka`: trained so that a prefix of the vector is
+    itself an embedding (OpenAI's `dimensions` is accepted only then).
+    """
+
+    dimensions: int
+    pooling: Pooling
+    max_tokens: int
+    batch_tokens: int
+    vocab_size: int
+    appends_eos: bool = False
+    matryoshka: bool = False
 
 
 @dataclass(frozen=True)
@@ -29,6 +55,8 @@ class ModelInfo:
     rows: int  # replies decoded together
     recurrent: bool = False  # recurrent/hybrid state: the prefix pool adopts exact checkpoints only
     train_context_length: int = 0
+    embedding: EmbeddingSpec | None = None  # None: this engine cannot embed
+    chat: bool = True  # False for an embedding model: it embeds, it does not generate
 
 
 @dataclass(frozen=True)
@@ -117,4 +145,20 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Free the model and its memory."""
+        ...
+
+
+class Embedder(Protocol):
+    """An engine that embeds (`info.embedding` is set). Called from the engine's own thread."""
+
+    info: ModelInfo
+
+    def embed_tokenize(self, text: str) -> list[int]:
+        """Token ids of one input with the special tokens the model's embeddings expect (BERT's
+        [CLS] ... [SEP], BOS / EOS where the tokenizer adds them)."""
+        ...
+
+    def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
+        """One pooled float32 vector per input (not normalized), all inputs in shared forward passes.
+        Each input fits `info.embedding.max_tokens`."""
         ...

@@ -23,7 +23,19 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
     """Load `model` on the calling thread (engines are thread-bound)."""
     row_ctx = ctx or settings.ctx
     if model.format == "gguf":
+        from kinfer.engines.llama.embed import LlamaEmbeddingEngine, gguf_pooling
         from kinfer.engines.llama.engine import LlamaEngine
+
+        pooling = gguf_pooling(model.path)
+        if pooling is not None:  # an embedding model (as Ollama decides): no chat context
+            return LlamaEmbeddingEngine(
+                model.path,
+                name=model.name,
+                pooling=pooling,
+                ctx=row_ctx,
+                threads=settings.threads,
+                gpu_layers=settings.gpu_layers,
+            )
 
         return LlamaEngine(
             model.path,
@@ -38,7 +50,11 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             exact_prefix=True if settings.exact_prefix else None,
         )
     if model.format == "mlx":
+        from kinfer.engines.mlx.embed import MlxEmbeddingEngine, is_embedding_directory
         from kinfer.engines.mlx.engine import MlxEngine
+
+        if is_embedding_directory(model.path):
+            return MlxEmbeddingEngine(model.path, name=model.name, ctx=row_ctx)
 
         return MlxEngine(
             model.path,

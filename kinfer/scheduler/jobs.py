@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from kinfer.chat.template import RenderedPrompt
+from kinfer.embedding import EmbedRequest
 from kinfer.engines.base import GenerationJob
 from kinfer.protocol import ChatRequest
 
@@ -38,6 +40,17 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class EmbedWork:
+    """Embed every input of one request; `reply` gets (vectors, tokens per input) or the error.
+    `progress(inputs_done, tokens_done)` is called on the event loop after each pass that advanced it."""
+
+    request: EmbedRequest
+    job_id: str
+    reply: Future  # concurrent.futures.Future[tuple[list[np.ndarray], list[int]]]
+    progress: Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
 class Cancel:
     job_id: str
 
@@ -47,4 +60,4 @@ class Shutdown:
     pass
 
 
-Command = Admission | Measure | Cancel | Shutdown
+Command = Admission | Measure | EmbedWork | Cancel | Shutdown

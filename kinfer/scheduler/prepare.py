@@ -52,6 +52,8 @@ def prepare_job(
 
     `detokenize` reads back the request's `context` (Ollama), which goes ahead of the rendered prompt."""
     request = admission.request
+    if not info.chat:
+        raise InvalidRequest(f"{info.name} is an embedding model; it does not support chat or generate")
     attempt = _attempt(info, tokenize, request, detokenize)
     if not attempt.fits(info.context_length):
         truncate = request.truncation == "drop_oldest" and request.raw_prompt is None

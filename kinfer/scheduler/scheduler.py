@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kinfer.config import Settings
+from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
 from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
 from kinfer.errors import Busy, EngineFailure, KinferError
 from kinfer.protocol import ChatRequest, validate_request
-from kinfer.scheduler.jobs import Admission, Cancel, Measure, PreparedJob
+from kinfer.scheduler.embed_ticket import EmbedTicket
+from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob
 from kinfer.scheduler.stream import RequestSnapshot, RequestStream
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
 
@@ -89,6 +91,8 @@ class SchedulerSnapshot:
     prompt_tokens_total: int
     generated_tokens_total: int
     reused_tokens_total: int
+    embedded_inputs_total: int = 0
+    embedded_tokens_total: int = 0
 
 
 class Scheduler:
@@ -101,7 +105,7 @@ class Scheduler:
         self._models: dict[str, LoadedModel] = {}
         self._streams: dict[str, RequestStream] = {}
         self._stream_model: dict[str, str] = {}
-        self._finished: deque[RequestStream] = deque(maxlen=RECENT_FINISHED)
+        self._finished: deque[RequestStream | EmbedTicket] = deque(maxlen=RECENT_FINISHED)
         self._completions: deque[float] = deque(maxlen=4096)
         self._load_lock = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
@@ -109,9 +113,13 @@ class Scheduler:
         self.prompt_tokens_total = 0
         self.generated_tokens_total = 0
         self.reused_tokens_total = 0
-        self.listeners: list[Callable[[RequestStream], None]] = []  # told when a request finishes
+        self.embedded_inputs_total = 0
+        self.embedded_tokens_total = 0
+        self._embeds: dict[str, EmbedTicket] = {}
+        # told when a request finishes (an embedding request comes as an EmbedTicket)
+        self.listeners: list[Callable[[RequestStream | EmbedTicket], None]] = []
         # told when a request is queued, in the submitting task's context (the HTTP request log)
-        self.submitted: list[Callable[[RequestStream], None]] = []
+        self.submitted: list[Callable[[RequestStream | EmbedTicket], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -175,6 +183,68 @@ class Scheduler:
         loaded.worker.send(Measure(request=request, reply=reply))
         prepared = await asyncio.wrap_future(reply)
         return prepared.prompt_tokens
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """Embed every input of `request` on the model's engine thread, batched with the other
+        embedding requests of the same model and interleaved with its chat steps."""
+        model = self._resolve(request.model or None)
+        if self.queue_depth() + len(self._embeds) >= self.settings.max_queue:
+            self.outcomes["rejected"] += 1
+            raise Busy(f"{self.queue_depth()} requests are already waiting; try again shortly", retry_after=5)
+        started = time.monotonic()
+        loaded = await self.ensure_loaded(model, keep_alive=request.keep_alive, num_ctx=request.num_ctx)
+        check_embed_request(request, loaded.info)
+        job_id = request.request_id or uuid.uuid4().hex
+        if job_id in self._embeds or job_id in self._streams:
+            job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
+        ticket = EmbedTicket(request, job_id, loaded.name)
+        ticket.load_seconds = time.monotonic() - started
+        for observer in self.submitted:
+            observer(ticket)
+        self._embeds[job_id] = ticket
+        loaded.active += 1
+        loaded.expires_at = None
+        if request.keep_alive is not None:
+            loaded.keep_alive = request.keep_alive
+        reply: Future[tuple[list, list[int]]] = Future()
+        loaded.worker.send(EmbedWork(request, job_id, reply, ticket.on_progress))
+        try:
+            vectors, tokens = await asyncio.wrap_future(reply)
+            finished = tuple(
+                finish_vector(v, normalize=request.normalize, dimensions=request.dimensions) for v in vectors
+            )
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            if cancelled:
+                loaded.worker.send(Cancel(job_id))
+            ticket.on_error(cancelled)
+            self._retire_embed(ticket, loaded)
+            raise
+        ticket.on_done(sum(tokens), finished[0].shape[0] if finished else 0)
+        self.embedded_inputs_total += len(finished)
+        self.embedded_tokens_total += ticket.prompt_tokens
+        self._retire_embed(ticket, loaded)
+        return EmbedResult(
+            model=loaded.name,
+            embeddings=finished,
+            prompt_tokens=ticket.prompt_tokens,
+            load_seconds=ticket.load_seconds,
+            total_seconds=time.monotonic() - started,
+        )
+
+    def _retire_embed(self, ticket: EmbedTicket, loaded: LoadedModel) -> None:
+        if self._embeds.pop(ticket.job_id, None) is None:
+            return
+        self.outcomes[ticket.finish or "error"] += 1
+        self.prompt_tokens_total += ticket.prompt_tokens
+        self._completions.append(time.monotonic())
+        self._finished.append(ticket)
+        loaded.active = max(0, loaded.active - 1)
+        loaded.last_used = time.monotonic()
+        if loaded.active == 0:
+            self._arm_keep_alive(loaded)
+        for listener in self.listeners:
+            listener(ticket)
 
     def _cancel(self, job_id: str) -> None:
         name = self._stream_model.get(job_id)
@@ -392,6 +462,7 @@ class Scheduler:
                 )
             )
         active = [s.snapshot(now) for s in self._streams.values()]
+        active += [t.snapshot(now) for t in self._embeds.values()]
         finished = [s.snapshot(now) for s in reversed(self._finished)]
         return SchedulerSnapshot(
             taken_at=time.time(),
@@ -402,4 +473,6 @@ class Scheduler:
             prompt_tokens_total=self.prompt_tokens_total,
             generated_tokens_total=self.generated_tokens_total,
             reused_tokens_total=self.reused_tokens_total,
+            embedded_inputs_total=self.embedded_inputs_total,
+            embedded_tokens_total=self.embedded_tokens_total,
         )

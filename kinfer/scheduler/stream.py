@@ -13,7 +13,7 @@ from kinfer.engines.base import JobUpdate
 from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Event, FinishReason, Timings, Usage
 from kinfer.scheduler.jobs import PreparedJob
 
-RequestState = Literal["queued", "prefill", "decoding", "done", "failed"]
+RequestState = Literal["queued", "prefill", "decoding", "embedding", "done", "failed"]
 TAIL_CHARS = 120
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
 from kinfer.errors import Busy, EngineFailure, KinferError
-from kinfer.scheduler.jobs import Admission, Cancel, Command, Measure, PreparedJob, Shutdown
+from kinfer.scheduler.embed_queue import EmbedQueue
+from kinfer.scheduler.jobs import Admission, Cancel, Command, EmbedWork, Measure, PreparedJob, Shutdown
 from kinfer.scheduler.prepare import prepare_job
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class EngineWorker:
         self._waiting: deque[_Waiting] = deque()
         self._active: set[str] = set()
         self._contexts: dict[str, list[str]] = {}  # job -> prompt text and the reply so far, if asked
+        self._embeds = EmbedQueue(self._call_soon)
         self.loaded: Future[ModelInfo] = Future()
         self.stats = EngineStats()
         self.waiting_count = 0
@@ -107,11 +109,19 @@ class EngineWorker:
         stats_at = time.monotonic()
         reloads = 0
         while True:
-            busy = engine.has_work or bool(self._waiting and engine.free_rows)
+            busy = engine.has_work or bool(self._waiting and engine.free_rows) or bool(self._embeds)
             if not self._drain_inbox(engine, block=not busy):
                 break
             self._expire_waiting()
             self._admit(engine)
+            if self._embeds:  # one bounded embedding pass per turn, between chat steps
+                try:
+                    self._embeds.run_pass(engine)
+                except Exception as exc:  # never the engine thread's end: fail the embeddings only
+                    log.exception("embedding on %s failed", self.name)
+                    self._embeds.fail_all(EngineFailure(f"embedding failed: {exc}"))
+                if not engine.has_work:  # the chat path below refreshes them otherwise
+                    self.stats, stats_at = engine.stats(), time.monotonic()
             if not engine.has_work:
                 continue
             try:
@@ -152,6 +162,8 @@ class EngineWorker:
                 self._cancel(engine, command.job_id)
             elif isinstance(command, Measure):
                 self._measure(engine, command)
+            elif isinstance(command, EmbedWork):
+                self._embeds.prepare(engine, command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:
@@ -217,6 +229,8 @@ class EngineWorker:
             self._call_soon(self._callbacks.admitted, admitted)
 
     def _cancel(self, engine: Engine, job_id: str) -> None:
+        if self._embeds.cancel(job_id):
+            return
         for item in self._waiting:
             if item.admission.job_id == job_id:
                 self._waiting.remove(item)
@@ -264,6 +278,7 @@ class EngineWorker:
         return fresh, reloads + 1
 
     def _fail_all(self, error: Exception) -> None:
+        self._embeds.fail_all(error)
         for job_id in list(self._active):
             self._call_soon(self._callbacks.failed, job_id, error)
         for item in self._waiting:

@@ -5,8 +5,11 @@ dialect_for("/api/chat").error_response(error)    # the envelope the caller's cl
 
 from __future__ import annotations
 
-from kinfer.server import anthropic, ollama, openai_chat, responses
+from kinfer.server import anthropic, ollama, ollama_embed, openai_chat, openai_embeddings, responses
 from kinfer.server.dialect import Dialect
+
+# the embedding routes live in modules of their own and join their dialect's blueprint on import
+EMBEDDING_MODULES = (openai_embeddings, ollama_embed)
 
 # in the order their blueprints are registered; error routing does not depend on it (longest prefix wins)
 DIALECTS: tuple[Dialect, ...] = (openai_chat.DIALECT, ollama.DIALECT, anthropic.DIALECT, responses.DIALECT)

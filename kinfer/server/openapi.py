@@ -24,7 +24,10 @@ from quart import Quart
 from kinfer import __version__
 from kinfer.server.anthropic_wire import CountTokensBody, MessagesBody
 from kinfer.server.dialects import dialect_for
+from kinfer.server.ollama_embed import EmbedBody as OllamaEmbedBody
+from kinfer.server.ollama_embed import EmbeddingsBody as OllamaEmbeddingsBody
 from kinfer.server.ollama_wire import ChatBody, CopyBody, GenerateBody, NameBody
+from kinfer.server.openai_embeddings import EmbeddingsBody as OpenAIEmbeddingsBody
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest
 from kinfer.server.responses_wire import ResponsesBody
 
@@ -80,6 +83,43 @@ INPUT_TOKENS = {
     "required": ["input_tokens"],
     "properties": {"input_tokens": {"type": "integer", "minimum": 0}},
 }
+VECTOR = {"type": "array", "items": {"type": "number"}}
+OPENAI_EMBEDDINGS = {
+    "type": "object",
+    "required": ["object", "data", "model", "usage"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["object", "index", "embedding"],
+                "properties": {
+                    "object": {"const": "embedding"},
+                    "index": {"type": "integer"},
+                    "embedding": {"oneOf": [VECTOR, {"type": "string", "contentEncoding": "base64"}]},
+                },
+            },
+        },
+        "model": {"type": "string"},
+        "usage": {
+            "type": "object",
+            "properties": {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}},
+        },
+    },
+}
+OLLAMA_EMBED = {
+    "type": "object",
+    "required": ["model", "embeddings"],
+    "properties": {
+        "model": {"type": "string"},
+        "embeddings": {"type": "array", "items": VECTOR},
+        "total_duration": {"type": "integer"},
+        "load_duration": {"type": "integer"},
+        "prompt_eval_count": {"type": "integer"},
+    },
+}
+OLLAMA_EMBEDDING = {"type": "object", "required": ["embedding"], "properties": {"embedding": VECTOR}}
 STATIC_SCHEMAS = {"OpenAIModel": OPENAI_MODEL}
 
 
@@ -106,6 +146,9 @@ ENDPOINTS: dict[str, Endpoint] = {
     "openai.completions": Endpoint(
         "OpenAI legacy Completions", "openai", body=CompletionRequest, streams=SSE
     ),
+    "openai.embeddings": Endpoint(
+        "OpenAI Embeddings", "openai", body=OpenAIEmbeddingsBody, reply=OPENAI_EMBEDDINGS
+    ),
     "openai.list_models": Endpoint("OpenAI model list", "openai", reply=MODEL_LIST),
     "openai.get_model": Endpoint("One OpenAI model", "openai", reply=OPENAI_MODEL),
     "anthropic.create_message": Endpoint("Anthropic Messages", "anthropic", body=MessagesBody, streams=SSE),
@@ -118,6 +161,10 @@ ENDPOINTS: dict[str, Endpoint] = {
     "responses.list_input_items": Endpoint("The input items of a stored response", "responses"),
     "ollama.chat": Endpoint("Ollama chat", "ollama", body=ChatBody, streams=NDJSON),
     "ollama.generate": Endpoint("Ollama generate", "ollama", body=GenerateBody, streams=NDJSON),
+    "ollama.embed": Endpoint("Ollama embed", "ollama", body=OllamaEmbedBody, reply=OLLAMA_EMBED),
+    "ollama.embeddings": Endpoint(
+        "Ollama embeddings (legacy)", "ollama", body=OllamaEmbeddingsBody, reply=OLLAMA_EMBEDDING
+    ),
     "ollama.tags": Endpoint("Ollama model list", "ollama", reply=OLLAMA_MODELS),
     "ollama.show": Endpoint("Ollama model details", "ollama", body=NameBody),
     "ollama.ps": Endpoint("Ollama loaded models", "ollama", reply=OLLAMA_MODELS),

@@ -15,11 +15,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kinfer.engines.embedding import EMBED_BATCH_TOKENS, MAX_EMBED_TOKENS
 from kinfer.store.gguf_header import GGUFFormatError, NeedMoreBytes, parse_gguf_header
 from kinfer.store.hub import GGUFVariant, HubClient, RepoListing
 from kinfer.store.model_shape import ModelShape, shape_from_config, shape_from_gguf
 from kinfer.store.progress import format_bytes
-from kinfer.store.pull_plan import UnsupportedModel, read_config, select_gguf
+from kinfer.store.pull_plan import UnsupportedModel, is_embedding_repo, read_config, select_gguf
 from kinfer.store.refs import HubRef, dir_model_name, gguf_model_name, parse_ref
 from kinfer.store.support import llama_cpp_supports, mlx_support
 
@@ -223,6 +224,9 @@ def _gguf_report(
         shape, architecture = None, None
         notes.append(f"could not read the GGUF header of {probe.first.path}: {exc}")
     supported = llama_cpp_supports(architecture)
+    embedding = architecture is not None and isinstance(header.arch_value("pooling_type"), int)
+    if embedding:
+        notes.append("an embedding model: sized for one embedding pass, not for chat rows")
     if shape is None:
         notes.append("model shape unknown: the estimate counts weights and overhead only")
     elif shape.context_length and common["ctx"] > shape.context_length:
@@ -241,6 +245,7 @@ def _gguf_report(
             common,
             gguf_model_name(listing.repo_id, v.tag),
             supported is not False,
+            embedding,
         )
         for v in sorted(variants, key=lambda v: v.size)
     )
@@ -265,9 +270,12 @@ def _safetensors_report(client: HubClient, listing: RepoListing, common: dict[st
             f"{listing.repo_id} has {what}",
             tuple(client.search_gguf(listing.repo_id.split("/")[1], exclude=listing.repo_id)),
         )
-    support = mlx_support(config)
+    embedding = is_embedding_repo(listing, config)
+    support = mlx_support(config, embedding=embedding)
     shape = shape_from_config(config)
     notes, suggestions = [], ()
+    if embedding:
+        notes.append("an embedding model: sized for one embedding pass, not for chat rows")
     if not support.supported:
         notes.append(f"MLX cannot serve it: {support.reason}")
         suggestions = tuple(client.search_gguf(listing.repo_id.split("/")[1], exclude=listing.repo_id))
@@ -282,6 +290,7 @@ def _safetensors_report(client: HubClient, listing: RepoListing, common: dict[st
         common,
         dir_model_name(listing.repo_id),
         support.supported,
+        embedding,
     )
     return CanRunReport(
         **common,
@@ -315,8 +324,11 @@ def _fit(
     common: dict[str, Any],
     pull_ref: str,
     servable: bool,
+    embedding: bool = False,
 ) -> VariantFit:
     ctx, rows = common["ctx"], common["parallel"]
+    if embedding:  # no rows: one embedding pass's tokens (see kinfer/engines/embedding.py)
+        ctx, rows = embedding_pass_tokens(shape.context_length if shape else None), 1
     kv = shape.kv_bytes(ctx, rows) if shape else 0
     state = shape.state_bytes(rows) if shape else 0
     overhead = OVERHEAD_BYTES + int(weights * OVERHEAD_SHARE)
@@ -332,6 +344,11 @@ def _fit(
         pull_ref=pull_ref,
         servable=servable,
     )
+
+
+def embedding_pass_tokens(context_length: int | None) -> int:
+    """Tokens of one embedding pass: the longest input, at least a full batch of short ones."""
+    return max(min(context_length or MAX_EMBED_TOKENS, MAX_EMBED_TOKENS), EMBED_BATCH_TOKENS)
 
 
 def best_fit(fits: tuple[VariantFit, ...]) -> VariantFit | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kinfer.chat.traits import ToolFormat, analyze_template
+from kinfer.engines.embedding import GGUF_POOLING, embedding_pooling
 from kinfer.errors import StoreError
 from kinfer.store.gguf_header import ArraySummary, GGUFFormatError, GGUFHeader, read_gguf_header
 from kinfer.store.local import split_shards
@@ -57,6 +58,7 @@ class ModelDetails:
     files: tuple[ModelFile, ...]
     size: int
     alias_of: str | None = None
+    pooling: str | None = None  # an embedding model's pooling (mean, cls, last, max); None: generative
 
     @property
     def has_chat_template(self) -> bool:
@@ -69,8 +71,12 @@ class ModelDetails:
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        """Ollama's capability names: completion always; tools unless the template prints tools in a
-        convention kinfer cannot parse back; thinking when the template has it."""
+        """Ollama's capability names: `embedding` alone for an embedding model (as Ollama decides it:
+        a GGUF with `<arch>.pooling_type`; for a directory, sentence-transformers files or an encoder);
+        else completion always, tools unless the template prints tools in a convention kinfer cannot
+        parse back, thinking when the template has it."""
+        if self.pooling is not None:
+            return ("embedding",)
         caps = ["completion"]
         if self.tool_format != "none":
             caps.append("tools")
@@ -143,7 +149,9 @@ def _describe_gguf(model: StoredModel) -> dict[str, Any]:
     tokens = head.get("tokenizer.ggml.tokens")
     if vocab is None and isinstance(tokens, (list, ArraySummary)):
         vocab = len(tokens) if isinstance(tokens, list) else tokens.length
+    pooling = head.arch_value("pooling_type")
     return {
+        "pooling": GGUF_POOLING.get(pooling) if isinstance(pooling, int) else None,
         "architecture": head.architecture,
         "parameters": sum(by_type.values()) or None,
         "quantization": head.file_type or (by_type.most_common(1)[0][0] if by_type else None),
@@ -259,6 +267,7 @@ def _describe_mlx(model: StoredModel) -> dict[str, Any]:
     else:
         quantization = dtypes.most_common(1)[0][0] if dtypes else None
     return {
+        "pooling": embedding_pooling(folder, config),
         "architecture": config.get("model_type") or text.get("model_type"),
         "parameters": parameters or None,
         "quantization": quantization,

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
+from kinfer.engines.embedding import ENCODER_TYPES
 from kinfer.errors import InvalidRequest, ModelNotFound, StoreError
 from kinfer.store.hub import GGUFVariant, HubClient, RemoteFile, RepoListing
 from kinfer.store.refs import HubRef, dir_model_name, gguf_model_name, shard_group, variant_tag
@@ -31,8 +33,13 @@ MLX_FILES = frozenset(
         "chat_template.jinja",
         "generation_config.json",
         "special_tokens_map.json",
+        "modules.json",  # sentence-transformers: the embedding pipeline
+        "config_sentence_transformers.json",
+        "sentence_bert_config.json",
     }
 )
+# a sentence-transformers module folder's files: 1_Pooling/config.json, 2_Dense/model.safetensors
+_ST_MODULE_FILE = re.compile(r"\d+_[A-Za-z]+/(config\.json|model\.safetensors)")
 
 
 class UnsupportedModel(StoreError):
@@ -117,11 +124,19 @@ def read_config(client: HubClient, listing: RepoListing) -> dict[str, Any] | Non
     return config if isinstance(config, dict) else None
 
 
+def is_embedding_repo(listing: RepoListing, config: dict[str, Any]) -> bool:
+    """A sentence-transformers repo (modules.json) or an encoder-only architecture."""
+    return listing.file("modules.json") is not None or config.get("model_type") in ENCODER_TYPES
+
+
 def mlx_files(listing: RepoListing) -> tuple[RemoteFile, ...]:
-    """The files of the MLX directory: the described set, the weights and their index, top level only."""
+    """The files of the MLX directory: the described set, the weights and their index, top level only;
+    and a sentence-transformers repo's pipeline (modules.json, 1_Pooling/config.json, Dense layers)."""
     keep = []
     for f in listing.files:
         if "/" in f.path:
+            if _ST_MODULE_FILE.fullmatch(f.path):
+                keep.append(f)
             continue
         if f.path in MLX_FILES or f.path.endswith((".safetensors", ".safetensors.index.json")):
             keep.append(f)
@@ -152,7 +167,7 @@ def plan_pull(client: HubClient, ref: HubRef) -> PullPlan:
             f"{listing.repo_id} has safetensors but no usable config.json",
             tuple(client.search_gguf(short, exclude=listing.repo_id)),
         )
-    support = mlx_support(config)
+    support = mlx_support(config, embedding=is_embedding_repo(listing, config))
     if not support.supported:
         raise UnsupportedModel(
             f"MLX cannot serve {listing.repo_id}: {support.reason}",

@@ -75,16 +75,49 @@ def mlx_has_module(module: str) -> bool:
     return root is not None and module.isidentifier() and (root / "models" / f"{module}.py").is_file()
 
 
-def mlx_support(config: dict[str, Any]) -> MlxSupport:
-    """Can mlx-lm serve the repo this `config.json` describes (architecture and weight format)?"""
+@functools.cache
+def _mlx_embeddings_dir() -> Path | None:
+    spec = importlib.util.find_spec("mlx_embeddings")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def mlx_embedding_support(model_type: str) -> MlxSupport:
+    """Can mlx-embeddings serve an embedding repo of this `model_type` (its models/<type>.py)?"""
+    root = _mlx_embeddings_dir()
+    if root is None:
+        return MlxSupport(False, model_type, None, "mlx-embeddings is not installed (kinfer[embeddings])")
+    module = model_type.replace("-", "_")
+    if not module.isidentifier() or not (root / "models" / f"{module}.py").is_file():
+        return MlxSupport(
+            False, model_type, None, f"mlx-embeddings has no model for model_type {model_type!r}"
+        )
+    return MlxSupport(True, model_type, f"mlx_embeddings.models.{module}")
+
+
+def mlx_support(config: dict[str, Any], *, embedding: bool = False) -> MlxSupport:
+    """Can MLX serve the repo this `config.json` describes (architecture and weight format)? mlx-lm
+    serves generative repos, mlx-embeddings the embedding ones (`embedding`)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         return MlxSupport(False, None, None, "config.json names no model_type")
+    if embedding:
+        support = mlx_embedding_support(model_type)
+        if not support.supported:
+            return support
+        return _weights_support(config, support)
     if _mlx_lm_dir() is None:
         return MlxSupport(False, model_type, None, "mlx-lm is not installed")
     module = mlx_model_remapping().get(model_type, model_type)
     if not mlx_has_module(module):
         return MlxSupport(False, model_type, None, f"mlx-lm has no model for model_type {model_type!r}")
+    return _weights_support(config, MlxSupport(True, model_type, module))
+
+
+def _weights_support(config: dict[str, Any], support: MlxSupport) -> MlxSupport:
+    """The weight format's verdict on a repo whose architecture is served (`support`)."""
+    model_type, module = support.model_type, support.module
     quant = config.get("quantization_config")
     if isinstance(quant, dict) and quant.get("quant_method"):
         # GPTQ, AWQ, FP8, bitsandbytes...: mlx-lm reads its own quantization only
@@ -97,7 +130,7 @@ def mlx_support(config: dict[str, Any]) -> MlxSupport:
     dtype = config.get("torch_dtype") or config.get("dtype") or _text(config).get("torch_dtype")
     if isinstance(dtype, str) and dtype not in MLX_DTYPES:
         return MlxSupport(False, model_type, module, f"weights in {dtype}, which MLX does not load")
-    return MlxSupport(True, model_type, module)
+    return support
 
 
 def _text(config: dict[str, Any]) -> dict[str, Any]:

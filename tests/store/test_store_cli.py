@@ -217,3 +217,16 @@ def test_an_overlong_alias_left_by_an_older_kinfer_is_ignored(kinfer, kinfer_hom
 
     assert "ok" in result.stdout and "aaaa" not in result.stdout
     assert "ignored an alias" in result.stderr and len(result.stderr) < 1000
+
+
+def test_show_an_embedding_model(kinfer, kinfer_home: Path) -> None:
+    from tests.fixtures.tiny_embed import write_tiny_bert_gguf
+
+    write_tiny_bert_gguf(kinfer_home / "models" / "tiny-embed.gguf", pooling="cls")
+
+    result = kinfer("show", "tiny-embed")
+
+    assert result.returncode == 0, result.stderr
+    lines = [line.split(None, 1) for line in result.stdout.splitlines() if line.strip()]
+    fields = {k: v.strip() for k, v in (line for line in lines if len(line) == 2)}
+    assert (fields["capabilities"], fields["pooling"], fields["architecture"]) == ("embedding", "cls", "bert")

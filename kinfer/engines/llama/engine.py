@@ -18,8 +18,12 @@ import heapq
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
+from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.sizing import SizePlan, plan_size
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
@@ -147,7 +151,16 @@ class LlamaEngine:
             rows=plan.rows,
             recurrent=recurrent,
             train_context_length=facts.train_context,
+            embedding=embedding_spec(
+                min(self._row_len, MAX_EMBED_TOKENS),
+                native.model_embedding_length(self._model),
+                "last",
+                self._vocab,
+                (name, native.meta_string(self._model, "general.name")),
+            ),
         )
+        self._gpu = gpu and gpu_layers != 0
+        self._embedder: LlamaEmbedder | None = None  # made on the first embedding request
         self._rows: dict[str, _Row] = {}
         self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
@@ -180,6 +193,27 @@ class LlamaEngine:
         if tokens and not 0 <= min(tokens) <= max(tokens) < self._vocab.n_tokens:
             raise InvalidRequest(f"token ids must be in 0..{self._vocab.n_tokens - 1}")
         return self._vocab.detokenize(list(tokens))
+
+    # ---- embeddings (a generative model: last-token pooling, in a context of its own) ----------
+
+    def embed_tokenize(self, text: str) -> list[int]:
+        self._check_open()
+        return tokenize_special(self._vocab, text)
+
+    def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
+        self._check_open()
+        if self._embedder is None:
+            spec = self.info.embedding
+            assert spec is not None
+            self._embedder = LlamaEmbedder(
+                self._model,
+                pooling="last",
+                causal=True,
+                max_tokens=spec.max_tokens,
+                threads=self.plan.threads,
+                gpu=self._gpu,
+            )
+        return self._embedder.embed(inputs)
 
     def _check_open(self) -> None:
         # the vocabulary lives in the model: using it after close() would read freed memory
@@ -413,6 +447,9 @@ class LlamaEngine:
             native.free_sampler(row.sampler)
         self._rows = {}
         self._free_seqs = []
+        if getattr(self, "_embedder", None) is not None:
+            self._embedder.close()
+            self._embedder = None
         if self._batch is not None:
             self._batch.free()
             self._batch = None

@@ -136,6 +136,12 @@ def model_facts(model: int) -> ModelFacts:
     )
 
 
+def model_embedding_length(model: int) -> int:
+    """Width of the model's output states (what an embedding of it holds)."""
+    n_out = getattr(lib, "llama_model_n_embd_out", None)
+    return int(n_out(model) if n_out else lib.llama_model_n_embd(model))
+
+
 def _meta_int(model: int, key: str) -> int | None:
     value = meta_string(model, key)
     try:

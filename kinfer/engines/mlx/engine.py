@@ -24,6 +24,7 @@ import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import (
     BLOCK,
@@ -121,6 +122,7 @@ class MlxEngine:
             rows=self.plan.rows,
             recurrent=bool(recurrent),
             train_context_length=directory.train_context,
+            embedding=generative_spec(directory.config, self.plan.ctx, tok.vocab_size, (name, path.name)),
         )
 
         self._alloc = BlockAllocator()
@@ -154,6 +156,20 @@ class MlxEngine:
 
     def tokenize(self, text: str) -> list[int]:
         return self._tokenizer.encode(text)
+
+    def embed_tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
+        """Last-token states (mlx-lm's backbone, no cache), beside the rows' caches."""
+        spec = self.info.embedding
+        assert spec is not None
+        try:
+            return embed_generative(self._model, inputs, spec.batch_tokens)
+        except EngineFailure:
+            raise
+        except Exception as exc:
+            raise EngineFailure(f"MLX embedding pass failed: {exc}") from exc
 
     def detokenize(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens)

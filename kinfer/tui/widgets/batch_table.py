@@ -51,6 +51,7 @@ STYLES = {
         "queued": "yellow",
         "prefill": "cyan",
         "decoding": "green",
+        "embedding": "magenta",
     }.items()
 }
 

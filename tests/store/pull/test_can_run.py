@@ -141,7 +141,7 @@ def test_a_hybrid_counts_kv_for_attention_layers_and_fixed_state_for_the_rest(hu
 def test_a_safetensors_repo_mlx_cannot_serve_is_priced_but_not_recommended(
     hub: HubServer, gguf_bytes
 ) -> None:
-    config = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = {"model_type": "t5", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
     hub.repos["google/tiny-bert"] = FakeRepo(mlx_repo_files(config))
     hub.repos["someone/tiny-bert-GGUF"] = FakeRepo({"tiny-bert-Q4_K_M.gguf": gguf_bytes()})
 
@@ -151,7 +151,7 @@ def test_a_safetensors_repo_mlx_cannot_serve_is_priced_but_not_recommended(
     assert report.variants[0].servable is False
     assert report.best is None
     assert report.suggestions == ("someone/tiny-bert-GGUF",)
-    assert any("mlx-lm has no model for model_type 'bert'" in n for n in report.notes)
+    assert any("mlx-lm has no model for model_type 't5'" in n for n in report.notes)
 
 
 def test_a_repo_with_no_weights_is_refused(hub: HubServer) -> None:

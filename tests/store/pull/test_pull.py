@@ -288,7 +288,7 @@ def test_a_gated_repo_asks_for_a_token_and_works_with_one(
 def test_a_safetensors_repo_mlx_cannot_serve_suggests_gguf_conversions(
     hub: HubServer, store: Store, gguf_bytes
 ) -> None:
-    config = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = {"model_type": "t5", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
     hub.repos["google/tiny-bert"] = FakeRepo(mlx_repo_files(config))
     hub.repos["someone/tiny-bert-GGUF"] = FakeRepo({"tiny-bert-Q4_K_M.gguf": gguf_bytes()})
 
@@ -296,7 +296,7 @@ def test_a_safetensors_repo_mlx_cannot_serve_suggests_gguf_conversions(
         pull(store, "google/tiny-bert")
 
     assert "MLX cannot serve google/tiny-bert" in refused.value.message
-    assert "bert" in refused.value.message
+    assert "'t5'" in refused.value.message
     assert refused.value.suggestions == ("someone/tiny-bert-GGUF",)
     assert "kinfer pull someone/tiny-bert-GGUF" in refused.value.message
     hub.settle()

@@ -1,0 +1,239 @@
+"""Embedding throughput: kinfer against llama-server on the same embedding GGUF, inputs per second.
+
+    python scripts/bench_embeddings.py --gguf nomic-embed-text-v1.5.Q8_0.gguf \\
+        --llama-server /path/to/llama-server --out bench-embeddings.json
+    python scripts/bench_embeddings.py --gguf tiny.gguf --inputs 32        # kinfer alone, a smoke run
+
+Both servers get the same work over OpenAI's POST /v1/embeddings: `--inputs` texts of about
+`--tokens` tokens each (deterministic word salad), split into `--concurrency` requests sent at once.
+Each server is started once and warmed up; then the rounds alternate A B A B (`--rounds` pairs) so
+drift of the machine (heat, other load) falls on both. llama-server runs with `--embeddings`, one slot
+per concurrent request. The JSON report has every round's wall time and inputs/s, the mean per
+server, and the cosine agreement of the two servers' vectors for the same inputs. Run it on a quiet
+machine: nothing else should be using the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from kinfer.bench.servers import LaunchedServer, _spawn, free_port, start_kinfer, wait_ready
+from kinfer.engines.llama.sizing import available_threads
+
+WORDS = (
+    "the",
+    "river",
+    "city",
+    "morning",
+    "light",
+    "quiet",
+    "market",
+    "bread",
+    "stone",
+    "window",
+    "garden",
+    "music",
+    "letter",
+    "train",
+    "station",
+    "summer",
+    "winter",
+    "mountain",
+    "ocean",
+    "forest",
+    "library",
+    "coffee",
+    "history",
+    "science",
+    "number",
+    "question",
+    "answer",
+    "paper",
+    "engine",
+    "memory",
+    "signal",
+    "network",
+    "model",
+    "vector",
+    "search",
+    "document",
+    "query",
+    "distance",
+    "meaning",
+    "language",
+)
+REQUEST_TIMEOUT_S = 600.0
+
+
+def make_inputs(count: int, tokens: int, seed: int = 0) -> list[str]:
+    """`count` distinct texts of about `tokens` tokens (~0.75 words per token)."""
+    rng = np.random.default_rng(seed)
+    words = max(1, int(tokens * 0.75))
+    return [f"{i}: " + " ".join(rng.choice(WORDS, size=words)) for i in range(count)]
+
+
+def chunks(items: list[str], parts: int) -> list[list[str]]:
+    size = -(-len(items) // parts)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+async def run_round(url: str, model: str | None, batches: list[list[str]]) -> tuple[float, int, list]:
+    """Send every batch at once; (seconds, prompt tokens, vectors in input order)."""
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+
+        async def one(batch: list[str]) -> dict[str, Any]:
+            body: dict[str, Any] = {"input": batch, "encoding_format": "float"}
+            if model:
+                body["model"] = model
+            reply = await client.post(url + "/v1/embeddings", json=body)
+            if reply.status_code != 200:
+                raise RuntimeError(f"{url} answered {reply.status_code}: {reply.text[:500]}")
+            return reply.json()
+
+        started = time.perf_counter()
+        replies = await asyncio.gather(*(one(b) for b in batches))
+        seconds = time.perf_counter() - started
+    tokens = sum(int(r.get("usage", {}).get("prompt_tokens", 0)) for r in replies)
+    vectors = [d["embedding"] for r in replies for d in sorted(r["data"], key=lambda d: d["index"])]
+    return seconds, tokens, vectors
+
+
+def start_llama_server(binary: Path, gguf: Path, args: argparse.Namespace, logs: Path) -> LaunchedServer:
+    port = free_port()
+    command = [
+        str(binary),
+        "-m",
+        str(gguf),
+        "--embeddings",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        str(args.concurrency),
+        "-c",
+        str(args.concurrency * max(512, args.tokens * 4)),
+        "-t",
+        str(args.threads),
+        *args.llama_server_args,
+    ]
+    server = _spawn(
+        "llama-server",  # type: ignore[arg-type]
+        "llama-server",
+        command,
+        port,
+        dialect="openai",
+        model=None,
+        extra_body={},
+        log_dir=logs,
+    )
+    wait_ready(server, "/health")
+    return server
+
+
+def start_servers(args: argparse.Namespace, logs: Path) -> dict[str, tuple[LaunchedServer, str | None]]:
+    servers: dict[str, tuple[LaunchedServer, str | None]] = {}
+    kinfer = start_kinfer(weights=args.gguf, threads=args.threads, label="kinfer", log_dir=logs)
+    servers["kinfer"] = (kinfer, kinfer.target.model)
+    if args.llama_server:
+        servers["llama-server"] = (start_llama_server(args.llama_server, args.gguf, args, logs), None)
+    return servers
+
+
+def agreement(a: list, b: list) -> dict[str, float]:
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+    return {"min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gguf", type=Path, required=True, help="an embedding GGUF (both servers load it)")
+    parser.add_argument(
+        "--llama-server", type=Path, help="path to a llama-server binary (omit: kinfer alone)"
+    )
+    parser.add_argument("--inputs", type=int, default=1000)
+    parser.add_argument("--tokens", type=int, default=64, help="about this many tokens per input")
+    parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (the inputs split)")
+    parser.add_argument("--rounds", type=int, default=2, help="A B pairs after the warm-up")
+    parser.add_argument("--threads", type=int, default=available_threads())
+    parser.add_argument("--out", type=Path, help="write the JSON report here (default: stdout)")
+    parser.add_argument(
+        "--llama-server-args", nargs=argparse.REMAINDER, default=[], help="passed to llama-server as they are"
+    )
+    args = parser.parse_args(argv)
+    inputs = make_inputs(args.inputs, args.tokens)
+    batches = chunks(inputs, args.concurrency)
+    logs = Path(tempfile.mkdtemp(prefix="kinfer-bench-embed-"))
+    servers = start_servers(args, logs)
+    rounds: list[dict[str, Any]] = []
+    vectors: dict[str, list] = {}
+    try:
+        for server, model in servers.values():  # warm-up: load, first passes, allocations
+            asyncio.run(
+                run_round(server.target.url, model, chunks(inputs[: args.concurrency], args.concurrency))
+            )
+        for n in range(args.rounds):
+            for name, (server, model) in servers.items():  # A B, A B, ...
+                seconds, tokens, got = asyncio.run(run_round(server.target.url, model, batches))
+                vectors.setdefault(name, got)
+                rounds.append(
+                    {
+                        "round": n,
+                        "server": name,
+                        "seconds": round(seconds, 4),
+                        "inputs": len(got),
+                        "prompt_tokens": tokens,
+                        "inputs_per_second": round(len(got) / seconds, 2),
+                    }
+                )
+                print(f"round {n} {name}: {len(got) / seconds:.1f} inputs/s", file=sys.stderr, flush=True)
+    finally:
+        for server, _ in servers.values():
+            server.stop()
+    summary = {
+        name: {
+            "mean_inputs_per_second": round(
+                statistics.mean(r["inputs_per_second"] for r in rounds if r["server"] == name), 2
+            ),
+            "tokens_per_input": round(
+                statistics.mean(r["prompt_tokens"] for r in rounds if r["server"] == name) / args.inputs, 1
+            ),
+        }
+        for name in servers
+    }
+    report: dict[str, Any] = {
+        "gguf": str(args.gguf),
+        "inputs": args.inputs,
+        "tokens_per_input_target": args.tokens,
+        "concurrency": args.concurrency,
+        "threads": args.threads,
+        "order": [r["server"] for r in rounds],
+        "rounds": rounds,
+        "summary": summary,
+    }
+    if "kinfer" in vectors and "llama-server" in vectors:
+        report["agreement"] = agreement(vectors["kinfer"], vectors["llama-server"])
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
