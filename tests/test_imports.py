@@ -163,8 +163,8 @@ def test_every_dialect_module_is_checked() -> None:
         if (dialect := dialect_of(name)) is not None:
             by_dialect.setdefault(dialect, set()).add(name.rpartition(".")[2])
     assert by_dialect == {
-        "openai": {"openai_chat", "openai_wire"},
-        "ollama": {"ollama", "ollama_wire"},
+        "openai": {"openai_chat", "openai_wire", "openai_embeddings"},
+        "ollama": {"ollama", "ollama_wire", "ollama_embed"},
         "anthropic": {"anthropic", "anthropic_wire"},
         "responses": {
             "responses",
