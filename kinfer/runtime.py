@@ -45,7 +45,13 @@ class Runtime:
             return model
 
         factory = engine_factory or (lambda model, s, ctx: load_engine(model, s, ctx=ctx))
-        scheduler = Scheduler(settings, resolve, factory)
+
+        def is_present(model) -> bool:
+            # `kinfer rm` in another process deletes the files under a loaded model
+            path = getattr(model, "path", None)
+            return path is None or path.exists()
+
+        scheduler = Scheduler(settings, resolve, factory, is_present=is_present)
         runtime = cls(settings=settings, store=store, scheduler=scheduler)
         runtime.metrics_registry = make_registry(scheduler.snapshot)
         return runtime

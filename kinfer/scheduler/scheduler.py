@@ -12,103 +12,61 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from kinfer.config import Settings
 from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
-from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
-from kinfer.errors import Busy, EngineFailure, KinferError
+from kinfer.engines.base import JobUpdate
+from kinfer.errors import Busy, EngineFailure, KinferError, ModelNotFound
 from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.embed_ticket import EmbedTicket
-from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob
-from kinfer.scheduler.stream import RequestSnapshot, RequestStream
+from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob, Shutdown
+from kinfer.scheduler.records import (
+    EngineFactory,
+    IsPresent,
+    LoadedModel,
+    ModelRef,
+    ModelResolver,
+    ModelSnapshot,
+    SchedulerSnapshot,
+)
+from kinfer.scheduler.stream import RequestStream
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
 
 log = logging.getLogger(__name__)
 
 REAP_INTERVAL_S = 0.5
+ROOM_POLL_S = 0.05  # how often a load waiting for --max-loaded room looks again
+DRAIN_POLL_S = 0.05
 RECENT_FINISHED = 64  # finished requests kept for the dashboard's fade-out and the request log
 COMPLETION_WINDOW_S = 60.0
-
-
-class ModelRef(Protocol):
-    """What the scheduler needs of a stored model (kinfer.store.models.StoredModel fits)."""
-
-    name: str
-    format: str
-    size: int
-
-
-class ModelResolver(Protocol):
-    def __call__(self, name: str | None) -> ModelRef: ...
-
-
-EngineFactory = Callable[[ModelRef, Settings, int | None], Engine]
-
-
-@dataclass
-class LoadedModel:
-    """A model with a live engine thread."""
-
-    model: ModelRef
-    worker: EngineWorker
-    info: ModelInfo
-    loaded_at: float
-    keep_alive: float
-    active: int = 0
-    last_used: float = field(default_factory=time.monotonic)
-    expires_at: float | None = None  # monotonic deadline while idle; None = not idle or never
-    load_seconds: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.model.name
-
-
-@dataclass(frozen=True)
-class ModelSnapshot:
-    name: str
-    engine: str
-    rows_total: int
-    rows_busy: int
-    waiting: int
-    context_length: int
-    size: int
-    expires_in: float | None  # seconds until unload when idle; None = busy or never
-    stats: EngineStats
-
-
-@dataclass(frozen=True)
-class SchedulerSnapshot:
-    """Everything the dashboard and /metrics read, built on the event loop."""
-
-    taken_at: float
-    models: tuple[ModelSnapshot, ...]
-    requests: tuple[RequestSnapshot, ...]  # active first, then recently finished
-    queue_depth: int
-    outcomes: dict[str, int]
-    prompt_tokens_total: int
-    generated_tokens_total: int
-    reused_tokens_total: int
-    embedded_inputs_total: int = 0
-    embedded_tokens_total: int = 0
 
 
 class Scheduler:
     """Turns `ChatRequest`s into streams of events from engine threads."""
 
-    def __init__(self, settings: Settings, resolve: ModelResolver, engine_factory: EngineFactory) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        resolve: ModelResolver,
+        engine_factory: EngineFactory,
+        *,
+        is_present: IsPresent | None = None,
+    ) -> None:
         self.settings = settings
         self._resolve = resolve
         self._engine_factory = engine_factory
+        self._is_present = is_present or (lambda _model: True)
         self._models: dict[str, LoadedModel] = {}
+        # loads in progress: tasks of the scheduler's own, so a requester that leaves never orphans one
+        self._loading: dict[str, asyncio.Task[None]] = {}
         self._streams: dict[str, RequestStream] = {}
-        self._stream_model: dict[str, str] = {}
+        self._stream_model: dict[str, LoadedModel] = {}
+        self._admitting = 0  # requests past the queue check that wait for their model to load
         self._finished: deque[RequestStream | EmbedTicket] = deque(maxlen=RECENT_FINISHED)
         self._completions: deque[float] = deque(maxlen=4096)
-        self._load_lock = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
+        self.draining = False  # shutting down: new requests are refused, admitted ones finish
+        self._ended: KinferError | None = None  # set once the drain's grace is over
         self.outcomes: Counter[str] = Counter()
         self.prompt_tokens_total = 0
         self.generated_tokens_total = 0
@@ -131,16 +89,44 @@ class Scheduler:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
+        # a load in progress ends by itself (its engine thread cannot be interrupted); then unload all
+        while self._loading:
+            await asyncio.gather(*self._loading.values(), return_exceptions=True)
         for name in list(self._models):
             await self.unload(name)
+
+    async def drain(self, grace: float, hurry: asyncio.Event | None = None) -> None:
+        """Shutting down: refuse new requests (Busy), let admitted ones finish for up to `grace`
+        seconds (or until `hurry` is set), then end the rest with an error their dialect renders."""
+        self.draining = True
+        deadline = time.monotonic() + max(0.0, grace)
+        if self._streams or self._embeds or self._admitting:
+            log.info("shutting down: waiting up to %.0fs for %d replies", grace, len(self._streams))
+        while (self._streams or self._embeds or self._admitting) and time.monotonic() < deadline:
+            if hurry is not None and hurry.is_set():
+                break
+            await asyncio.sleep(DRAIN_POLL_S)
+        self._ended = Busy("the server is shutting down; try again shortly", retry_after=5)
+        if self._streams:
+            log.warning("shutting down: ending %d replies that did not finish in time", len(self._streams))
+        for stream in list(self._streams.values()):
+            self._cancel(stream.job_id)  # frees the row; the stream ends with the error below
+            stream.on_error(self._ended)
+            self._retire(stream)
+
+    def _refuse_when_draining(self) -> None:
+        if self.draining:
+            raise self._ended or Busy("the server is shutting down; try again shortly", retry_after=5)
 
     # ---- requests ------------------------------------------------------------------------
 
     async def submit(self, request: ChatRequest) -> RequestStream:
         """Queue a request; returns once its prompt is rendered and fits, so refusals come before headers.
 
-        Every dialect's request is checked here (`validate_request`), so no path skips the checks."""
+        Every dialect's request is checked here (`validate_request`), so no path skips the checks.
+        A request waiting for its model to load counts against --max-queue like one waiting for a row."""
         validate_request(request)
+        self._refuse_when_draining()
         model = self._resolve(request.model or None)
         if self.queue_depth() >= self.settings.max_queue:
             self.outcomes["rejected"] += 1
@@ -149,7 +135,14 @@ class Scheduler:
                 retry_after=self.retry_after(),
             )
         load_started = time.monotonic()
-        loaded = await self.ensure_loaded(model, keep_alive=request.keep_alive, num_ctx=request.num_ctx)
+        self._admitting += 1
+        try:
+            loaded = await self.ensure_loaded(model, keep_alive=request.keep_alive, num_ctx=request.num_ctx)
+        finally:
+            self._admitting -= 1
+        if self._ended is not None:  # the drain ended while this request waited for its model
+            self._unpin(loaded)
+            raise self._ended
         load_seconds = time.monotonic() - load_started
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._streams:
@@ -160,10 +153,7 @@ class Scheduler:
         for observer in self.submitted:
             observer(stream)
         self._streams[job_id] = stream
-        self._stream_model[job_id] = loaded.name
-        loaded.active += 1
-        loaded.expires_at = None
-        loaded.last_used = time.monotonic()
+        self._stream_model[job_id] = loaded  # the stream holds the pin ensure_loaded took
         if request.keep_alive is not None:
             loaded.keep_alive = request.keep_alive
         loaded.worker.send(Admission(request=request, job_id=job_id))
@@ -178,22 +168,35 @@ class Scheduler:
     async def count_tokens(self, request: ChatRequest) -> int:
         """Prompt tokens `request` would take, rendered with the model's template (loads the model)."""
         validate_request(request)
+        self._refuse_when_draining()
         loaded = await self.ensure_loaded(self._resolve(request.model or None), keep_alive=request.keep_alive)
-        reply: Future[PreparedJob] = Future()
-        loaded.worker.send(Measure(request=request, reply=reply))
-        prepared = await asyncio.wrap_future(reply)
+        try:
+            reply: Future[PreparedJob] = Future()
+            loaded.worker.send(Measure(request=request, reply=reply))
+            prepared = await asyncio.wrap_future(reply)
+        finally:
+            self._unpin(loaded)
         return prepared.prompt_tokens
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         """Embed every input of `request` on the model's engine thread, batched with the other
         embedding requests of the same model and interleaved with its chat steps."""
+        self._refuse_when_draining()
         model = self._resolve(request.model or None)
         if self.queue_depth() + len(self._embeds) >= self.settings.max_queue:
             self.outcomes["rejected"] += 1
             raise Busy(f"{self.queue_depth()} requests are already waiting; try again shortly", retry_after=5)
         started = time.monotonic()
-        loaded = await self.ensure_loaded(model, keep_alive=request.keep_alive, num_ctx=request.num_ctx)
-        check_embed_request(request, loaded.info)
+        self._admitting += 1
+        try:
+            loaded = await self.ensure_loaded(model, keep_alive=request.keep_alive, num_ctx=request.num_ctx)
+        finally:
+            self._admitting -= 1
+        try:
+            check_embed_request(request, loaded.info)
+        except BaseException:
+            self._unpin(loaded)
+            raise
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._embeds or job_id in self._streams:
             job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
@@ -201,9 +204,7 @@ class Scheduler:
         ticket.load_seconds = time.monotonic() - started
         for observer in self.submitted:
             observer(ticket)
-        self._embeds[job_id] = ticket
-        loaded.active += 1
-        loaded.expires_at = None
+        self._embeds[job_id] = ticket  # the ticket holds the pin ensure_loaded took
         if request.keep_alive is not None:
             loaded.keep_alive = request.keep_alive
         reply: Future[tuple[list, list[int]]] = Future()
@@ -239,17 +240,14 @@ class Scheduler:
         self.prompt_tokens_total += ticket.prompt_tokens
         self._completions.append(time.monotonic())
         self._finished.append(ticket)
-        loaded.active = max(0, loaded.active - 1)
-        loaded.last_used = time.monotonic()
-        if loaded.active == 0:
-            self._arm_keep_alive(loaded)
+        self._unpin(loaded)
         for listener in self.listeners:
             listener(ticket)
 
     def _cancel(self, job_id: str) -> None:
-        name = self._stream_model.get(job_id)
-        if name and name in self._models:
-            self._models[name].worker.send(Cancel(job_id))
+        loaded = self._stream_model.get(job_id)
+        if loaded is not None:
+            loaded.worker.send(Cancel(job_id))
 
     # ---- callbacks from engine threads (run on the loop) ---------------------------------
 
@@ -288,19 +286,17 @@ class Scheduler:
     def _retire(self, stream: RequestStream) -> None:
         if self._streams.pop(stream.job_id, None) is None:
             return
-        name = self._stream_model.pop(stream.job_id, None)
+        loaded = self._stream_model.pop(stream.job_id, None)
+        if stream.finish is None:  # its client left before the prompt was ready: a cancellation
+            stream.on_update(JobUpdate(stream.job_id, finish="cancelled"))
         self.outcomes[stream.finish or "error"] += 1
         self.prompt_tokens_total += stream.prompt_tokens
         self.generated_tokens_total += stream.generated
         self.reused_tokens_total += stream.reused
         self._completions.append(time.monotonic())
         self._finished.append(stream)
-        loaded = self._models.get(name) if name else None
         if loaded is not None:
-            loaded.active = max(0, loaded.active - 1)
-            loaded.last_used = time.monotonic()
-            if loaded.active == 0:
-                self._arm_keep_alive(loaded)
+            self._unpin(loaded)
         for listener in self.listeners:
             listener(stream)
 
@@ -312,33 +308,82 @@ class Scheduler:
     async def ensure_loaded(
         self, model: ModelRef, *, keep_alive: float | None = None, num_ctx: int | None = None
     ) -> LoadedModel:
-        """Load `model` on its own engine thread unless it is already loaded."""
-        async with self._load_lock:
+        """`model` loaded on its own engine thread, pinned for the caller (`_unpin` when done).
+
+        A loaded model is returned at once, even while another model waits for room. The load itself
+        runs as a task of the scheduler's: a caller that leaves mid-load leaves a model that is kept
+        (for its keep-alive) rather than orphaned. Waiting for --max-loaded room is bounded by
+        --queue-timeout."""
+        limit = self.settings.queue_timeout
+        deadline = time.monotonic() + limit if limit > 0 else None
+        while True:
             loaded = self._models.get(model.name)
-            if loaded is not None and loaded.worker.alive:
-                return loaded
-            if loaded is not None:  # its thread died (gave up after faults): start afresh
+            if loaded is not None and not loaded.worker.alive:  # its thread ended (gave up after faults)
                 self._models.pop(model.name, None)
-            await self._make_room()
-            started = time.monotonic()
-            loop = asyncio.get_running_loop()
-            callbacks = WorkerCallbacks(
-                ready=self._on_ready,
-                admitted=self._on_admitted,
-                context=self._on_context,
-                updates=self._on_updates,
-                failed=self._on_failed,
+                loaded = None
+            if loaded is not None:
+                if loaded.removed or not self._is_present(loaded.model):
+                    self._mark_removed(loaded)
+                    raise ModelNotFound(f"model {model.name!r} was removed from the store")
+                self._pin(loaded)
+                return loaded
+            task = self._loading.get(model.name) or await self._start_load(
+                model, keep_alive, num_ctx, deadline
             )
-            worker = EngineWorker(
-                model.name,
-                lambda: self._engine_factory(model, self.settings, num_ctx),
-                callbacks,
-                loop.call_soon_threadsafe,
-                queue_timeout=self.settings.queue_timeout,
-            )
+            if task is not None:
+                await asyncio.shield(task)  # the load's error reaches every caller waiting for it
+
+    async def _start_load(
+        self, model: ModelRef, keep_alive: float | None, num_ctx: int | None, deadline: float | None
+    ) -> asyncio.Task[None] | None:
+        """Make room (unload idle models, least recently used first) and start loading `model`.
+        None when another caller got there first."""
+        while len(self._models) + len(self._loading) >= max(1, self.settings.max_loaded):
+            if model.name in self._models or model.name in self._loading:
+                return None
+            idle = [m for m in self._models.values() if m.active == 0]
+            if idle:
+                await self.unload(min(idle, key=lambda m: m.last_used).name)
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                busy = ", ".join(sorted(self._models) + sorted(self._loading))
+                raise Busy(
+                    f"waited {self.settings.queue_timeout:.0f}s for {busy} to finish its requests "
+                    f"before loading {model.name} (--max-loaded {self.settings.max_loaded})",
+                    retry_after=self.retry_after(),
+                )
+            await asyncio.sleep(ROOM_POLL_S)
+        if model.name in self._models or model.name in self._loading:
+            return None
+        task = asyncio.create_task(self._load(model, keep_alive, num_ctx), name=f"kinfer-load:{model.name}")
+        self._loading[model.name] = task
+        task.add_done_callback(_consume_load_error)
+        return task
+
+    async def _load(self, model: ModelRef, keep_alive: float | None, num_ctx: int | None) -> None:
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        callbacks = WorkerCallbacks(
+            ready=self._on_ready,
+            admitted=self._on_admitted,
+            context=self._on_context,
+            updates=self._on_updates,
+            failed=self._on_failed,
+        )
+        worker = EngineWorker(
+            model.name,
+            lambda: self._engine_factory(model, self.settings, num_ctx),
+            callbacks,
+            loop.call_soon_threadsafe,
+            queue_timeout=self.settings.queue_timeout,
+        )
+        try:
             worker.start()
             try:
                 info = await asyncio.wrap_future(worker.loaded)
+            except asyncio.CancelledError:
+                worker.send(Shutdown())  # the thread closes the engine as soon as it has one
+                raise
             except KinferError:
                 raise
             except Exception as exc:
@@ -358,30 +403,53 @@ class Scheduler:
                 info.engine,
                 info.rows,
                 info.context_length,
-                time.monotonic() - started,
+                loaded.load_seconds,
             )
             self._models[model.name] = loaded
+            self._arm_keep_alive(loaded)  # owned from now on, whether or not its requester stayed
+        finally:
+            self._loading.pop(model.name, None)
+
+    def _pin(self, loaded: LoadedModel) -> None:
+        loaded.active += 1
+        loaded.expires_at = None
+        loaded.last_used = time.monotonic()
+
+    def _unpin(self, loaded: LoadedModel) -> None:
+        loaded.active = max(0, loaded.active - 1)
+        loaded.last_used = time.monotonic()
+        if loaded.active == 0:
             self._arm_keep_alive(loaded)
-            return loaded
 
     async def load(self, name: str | None, *, keep_alive: float | None = None) -> LoadedModel:
         """Ollama's empty-prompt generate: load (or refresh keep-alive) without generating."""
+        self._refuse_when_draining()
         loaded = await self.ensure_loaded(self._resolve(name), keep_alive=keep_alive)
         if keep_alive is not None:
             loaded.keep_alive = keep_alive
+        self._unpin(loaded)
         if keep_alive == 0 and loaded.active == 0:
             await self.unload(loaded.name)
-        else:
-            self._arm_keep_alive(loaded)
         return loaded
 
     async def unload(self, name: str) -> bool:
-        """Stop the model's engine thread; its in-flight requests fail with a clear error."""
+        """Stop the model's engine thread now; its in-flight requests fail with a clear error."""
         loaded = self._models.pop(name, None)
         if loaded is None:
             return False
         await asyncio.to_thread(loaded.worker.stop)
         log.info("unloaded %s", name)
+        return True
+
+    async def unload_when_idle(self, name: str) -> bool:
+        """Ollama's `keep_alive: 0`: unload now if idle, else as soon as the requests in flight end
+        (never under another client's reply). False when the model is not loaded."""
+        loaded = self._models.get(name)
+        if loaded is None:
+            return False
+        loaded.keep_alive = 0
+        if loaded.active == 0:
+            await self.unload(name)
         return True
 
     async def unload_matching(self, path_owner: Callable[[ModelRef], bool]) -> None:
@@ -390,18 +458,25 @@ class Scheduler:
             if path_owner(loaded.model):
                 await self.unload(name)
 
+    async def forget_removed(self) -> None:
+        """Models whose files were removed behind the server's back (`kinfer rm` from another
+        process): unloaded now when idle, else when their requests end; no new request reaches them."""
+        for loaded in list(self._models.values()):
+            if loaded.removed or not self._is_present(loaded.model):
+                self._mark_removed(loaded)
+                if loaded.active == 0:
+                    await self.unload(loaded.name)
+
+    def _mark_removed(self, loaded: LoadedModel) -> None:
+        if not loaded.removed:
+            log.warning("the files of %s are gone; unloading it once idle", loaded.name)
+        loaded.removed = True
+        loaded.keep_alive = 0
+        if loaded.active == 0:
+            self._arm_keep_alive(loaded)
+
     def loaded_models(self) -> list[LoadedModel]:
         return list(self._models.values())
-
-    async def _make_room(self) -> None:
-        """One model at a time by default: wait for the least recently used idle model and unload it."""
-        while len(self._models) >= max(1, self.settings.max_loaded):
-            idle = [m for m in self._models.values() if m.active == 0]
-            if idle:
-                victim = min(idle, key=lambda m: m.last_used)
-                await self.unload(victim.name)
-                continue
-            await asyncio.sleep(0.05)
 
     def _arm_keep_alive(self, loaded: LoadedModel) -> None:
         if loaded.active or loaded.keep_alive < 0:
@@ -414,6 +489,7 @@ class Scheduler:
             await asyncio.sleep(REAP_INTERVAL_S)
             now = time.monotonic()
             self._enforce_generation_deadline(now)
+            await self.forget_removed()
             for name, loaded in list(self._models.items()):
                 if loaded.active == 0 and loaded.expires_at is not None and now >= loaded.expires_at:
                     await self.unload(name)
@@ -431,8 +507,8 @@ class Scheduler:
     # ---- numbers -------------------------------------------------------------------------
 
     def queue_depth(self) -> int:
-        """Requests that do not hold a row yet."""
-        return sum(1 for s in self._streams.values() if s.state == "queued")
+        """Requests that do not hold a row yet, those waiting for their model to load included."""
+        return self._admitting + sum(1 for s in self._streams.values() if s.state == "queued")
 
     def retry_after(self) -> float:
         """Seconds until a queued request is likely to get a row, from the recent completion rate."""
@@ -476,3 +552,9 @@ class Scheduler:
             embedded_inputs_total=self.embedded_inputs_total,
             embedded_tokens_total=self.embedded_tokens_total,
         )
+
+
+def _consume_load_error(task: asyncio.Task) -> None:
+    """A load whose every requester left has nobody to raise to: log its failure instead."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.info("loading failed: %s", error)

@@ -71,6 +71,7 @@ class EngineWorker:
         self.stats = EngineStats()
         self.waiting_count = 0
         self.faults = 0
+        self._engine: Engine | None = None  # owned by the engine thread; closed when it ends
         self._thread = threading.Thread(target=self._run, name=f"engine:{name}", daemon=True)
 
     # ---- called from the event loop ------------------------------------------------------
@@ -98,20 +99,42 @@ class EngineWorker:
             self._inbox.put(Shutdown())
 
     def _run(self) -> None:
+        # RUNNING from here on: a requester that leaves can no longer cancel `loaded`, so the result
+        # below always lands and the scheduler owns the engine; cancelled before we start: skip the load
+        if not self.loaded.set_running_or_notify_cancel():
+            return
         try:
             engine = self._make_engine()
         except BaseException as exc:  # a load failure is reported, never raised into the void
             log.exception("loading %s failed", self.name)
             self.loaded.set_exception(exc)
             return
+        self._engine = engine
         self.loaded.set_result(engine.info)
+        try:
+            self._serve()
+        except BaseException as exc:  # a bug here must not leave replies waiting forever
+            log.exception("the engine thread of %s failed", self.name)
+            self._fail_all(EngineFailure(f"the engine thread of {self.name} failed: {type(exc).__name__}"))
+        finally:
+            if self._engine is not None:
+                try:
+                    self._engine.close()
+                except Exception:
+                    log.exception("closing the engine of %s", self.name)
+                self._engine = None
+
+    def _serve(self) -> None:
+        """Admit, step and report until shut down (or until the model keeps failing)."""
+        engine = self._engine
+        assert engine is not None
         self.stats = engine.stats()
         stats_at = time.monotonic()
         reloads = 0
         while True:
             busy = engine.has_work or bool(self._waiting and engine.free_rows) or bool(self._embeds)
             if not self._drain_inbox(engine, block=not busy):
-                break
+                return
             self._expire_waiting()
             self._admit(engine)
             if self._embeds:  # one bounded embedding pass per turn, between chat steps
@@ -127,9 +150,10 @@ class EngineWorker:
             try:
                 updates = engine.step()
             except Exception as exc:  # an engine fault fails its rows, then the model is reloaded
-                engine, reloads = self._recover(engine, exc, reloads)
-                if engine is None:
+                fresh, reloads = self._recover(engine, exc, reloads)
+                if fresh is None:
                     return
+                engine = self._engine = fresh
                 continue
             reloads = 0
             if updates:
@@ -144,7 +168,6 @@ class EngineWorker:
             now = time.monotonic()
             if not engine.has_work or now - stats_at >= STATS_INTERVAL_S:
                 self.stats, stats_at = engine.stats(), now
-        engine.close()
 
     def _drain_inbox(self, engine: Engine, *, block: bool) -> bool:
         """Handle every pending command; False once asked to shut down."""
@@ -203,6 +226,10 @@ class EngineWorker:
         self._call_soon(self._callbacks.context, update.job_id, tokens)
 
     def _measure(self, engine: Engine, command: Measure) -> None:
+        # the caller may have left (a client hanging up): then nobody wants the count, and once the
+        # reply is RUNNING its cancellation can no longer make set_result raise on this thread
+        if not command.reply.set_running_or_notify_cancel():
+            return
         try:
             admission = Admission(command.request, "measure")
             prepared = prepare_job(engine.info, engine.tokenize, admission, engine.detokenize)
@@ -263,6 +290,7 @@ class EngineWorker:
             self._call_soon(self._callbacks.failed, job_id, error)
             self._contexts.pop(job_id, None)
         self._active.clear()
+        self._engine = None
         try:
             engine.close()
         except Exception:
