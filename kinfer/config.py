@@ -55,6 +55,9 @@ class Settings:
     max_queue: int = _setting(256, "requests waiting for a row before new ones get 503")
     queue_timeout: float = _setting(300.0, "seconds a request may wait for a row")
     generation_timeout: float = _setting(0.0, "seconds a reply may generate (0: no limit)")
+    shutdown_grace: float = _setting(
+        30.0, "seconds replies in flight may take to finish on SIGTERM / Ctrl-C before they are ended"
+    )
     max_body_mb: float = _setting(32.0, "largest request body, in MiB")
     api_key: str | None = _setting(None, "require this key (Bearer or x-api-key) on every route but /health")
     origins: str = _setting(

@@ -54,6 +54,10 @@ def run_pull(args: argparse.Namespace, settings: Settings) -> int:
         return 130
     except KinferError as exc:
         return _fail(exc)
+    except OSError as exc:  # the store's disk or folders: one line, never a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"kinfer: pull failed: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
     print(f"pulled {model.name} ({format_bytes(model.size)}, {model.kind_label})")
     return 0
 

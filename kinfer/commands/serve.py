@@ -61,17 +61,27 @@ def serve(settings: Settings, *, headless: bool) -> int:
 async def _serve_headless(runtime, sock, host: str, port: int) -> int:
     from kinfer.server.http import serve as serve_runtime
 
-    shutdown = asyncio.Event()
+    shutdown, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        # the first signal drains (replies in flight get --shutdown-grace seconds); a second one hurries
+        if shutdown.is_set():
+            hurry.set()
+            return
+        grace = runtime.settings.shutdown_grace
+        print(f"shutting down: replies in flight have {grace:g}s to finish (signal again to end them now)")
+        shutdown.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, shutdown.set)
+        loop.add_signal_handler(sig, on_signal)
     default = runtime.store.default_model(runtime.settings.model)
     print(f"kinfer listening on http://{host}:{port}", flush=True)
     if default is not None:
         print(f"default model: {default.name} ({default.kind_label})", flush=True)
     else:
         print("the store is empty: `kinfer pull OWNER/REPO` to add a model", flush=True)
-    await serve_runtime(runtime, sock, shutdown)
+    await serve_runtime(runtime, sock, shutdown, hurry)
     return 0
 
 
@@ -105,6 +115,13 @@ def run_ps(args: argparse.Namespace, settings: Settings) -> int:
             f"kinfer: no server answers at {base_url(settings)} (start one with `kinfer --headless`)",
             file=sys.stderr,
         )
+        return 1
+    if reply.status_code == 401:
+        hint = "the key given was refused" if settings.api_key else "set KINFER_API_KEY or pass --api-key"
+        print(f"kinfer: the server at {base_url(settings)} needs an API key (401): {hint}", file=sys.stderr)
+        return 1
+    if reply.status_code != 200:
+        print(f"kinfer: the server at {base_url(settings)} answered {reply.status_code}", file=sys.stderr)
         return 1
     models = reply.json().get("models", [])
     if args.json:

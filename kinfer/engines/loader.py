@@ -19,9 +19,19 @@ class LoadableModel(Protocol):
     path: Path
 
 
+def served_context(configured: int, requested: int | None) -> tuple[int, int]:
+    """(ctx, min_ctx) for an engine: a request's context (Ollama's num_ctx, given by the request that
+    loads the model) may raise the server's --ctx, never lower it, since every later request shares the
+    rows. With --ctx automatic (0) it raises the automatic size only (min_ctx)."""
+    if configured > 0:
+        return max(configured, requested or 0), 0
+    return 0, requested or 0
+
+
 def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = None) -> Engine:
-    """Load `model` on the calling thread (engines are thread-bound)."""
-    row_ctx = ctx or settings.ctx
+    """Load `model` on the calling thread (engines are thread-bound); `ctx`: the loading request's
+    num_ctx, if any (see `served_context`)."""
+    row_ctx, min_ctx = served_context(settings.ctx, ctx)
     if model.format == "gguf":
         from kinfer.engines.llama.embed import LlamaEmbeddingEngine, gguf_pooling
         from kinfer.engines.llama.engine import LlamaEngine
@@ -42,6 +52,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             name=model.name,
             rows=settings.parallel,
             ctx=row_ctx,
+            min_ctx=min_ctx,
             threads=settings.threads,
             prefix_cache=settings.prefix_cache_enabled,
             gpu_layers=settings.gpu_layers,
@@ -61,6 +72,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             name=model.name,
             rows=settings.parallel,
             ctx=row_ctx,
+            min_ctx=min_ctx,
             prefix_cache=settings.prefix_cache_enabled,
             cache_limit_gb=settings.mlx_cache_limit_gb,
             prefill_chunk=settings.prefill_chunk,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 
 
@@ -59,24 +60,19 @@ class StopStringMatcher:
 
 
 class Utf8Decoder:
-    """Joins token byte pieces into text, holding back an incomplete UTF-8 sequence."""
+    """Joins token byte pieces into text, holding back an incomplete UTF-8 sequence.
+
+    Bytes that can never be UTF-8 become U+FFFD at once; a character still unfinished when the reply
+    ends (cut by max_tokens between the byte tokens of one character) is dropped, never shown as U+FFFD.
+    """
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, piece: bytes) -> str:
-        data = self._pending + piece
-        # at most 3 trailing bytes can belong to an unfinished character
-        for cut in range(len(data), max(len(data) - 4, -1), -1):
-            try:
-                text = data[:cut].decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            self._pending = data[cut:]
-            return text
-        self._pending = b""
-        return data.decode("utf-8", errors="replace")
+        return self._decoder.decode(piece)
 
     def flush(self) -> str:
-        data, self._pending = self._pending, b""
-        return data.decode("utf-8", errors="replace")
+        """The end of the reply: what is held back is half a character, so nothing is released."""
+        self._decoder.reset()
+        return ""

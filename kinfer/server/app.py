@@ -60,6 +60,10 @@ def create_app(runtime: Runtime) -> Quart:
         if not caller_has_key(runtime.settings):
             return jsonify({"status": "ok"})  # open to all: which models run is the key holder's business
         loaded = [m.name for m in runtime.scheduler.loaded_models()]
+        if runtime.scheduler.draining:  # a load balancer stops sending work here
+            reply = jsonify({"status": "shutting down", "version": __version__, "loaded": loaded})
+            reply.status_code = 503
+            return reply
         return jsonify({"status": "ok", "version": __version__, "loaded": loaded})
 
     @app.get("/metrics")

@@ -220,12 +220,14 @@ async def generate() -> Response:
 
 
 async def load_or_unload(name: str, keep_alive: KeepAlive, *, chat: bool) -> Response:
-    """Ollama's way to load a model (empty prompt) or unload it (empty prompt + keep_alive 0)."""
+    """Ollama's way to load a model (empty prompt) or unload it (empty prompt + keep_alive 0).
+
+    As in Ollama, an unload waits for the replies in flight: it never cuts another client's reply."""
     scheduler = runtime().scheduler
     seconds = keep_alive_seconds(keep_alive)
     model = scheduler.resolve(name or None)
     if seconds == 0:
-        await scheduler.unload(model.name)
+        await scheduler.unload_when_idle(model.name)
         reason = "unload"
     else:
         await scheduler.load(model.name, keep_alive=seconds)
@@ -306,6 +308,7 @@ def tag_json(model: Any) -> dict[str, Any]:
 
 @blueprint.get("/api/tags")
 async def tags() -> Response:
+    await runtime().scheduler.forget_removed()  # a model `kinfer rm` deleted elsewhere is not "loaded"
     return jsonify({"models": [tag_json(m) for m in runtime().store.list()]})
 
 
@@ -339,6 +342,7 @@ async def show() -> Response:
 
 @blueprint.get("/api/ps")
 async def ps() -> Response:
+    await runtime().scheduler.forget_removed()  # a model `kinfer rm` deleted elsewhere unloads when idle
     models = []
     for loaded in runtime().scheduler.loaded_models():
         expires = (

@@ -14,6 +14,7 @@ hands them to an asyncio loop (what the dashboard and `/api/pull` run).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -123,7 +124,12 @@ def pull(
         staging = store.staging_dir(slug)
         _forget_stale(staging, plan)
         _check_space(store, staging, plan, free_space or _disk_free)
-        sha256s = _fetch_all(client, plan, staging, report, cancel, retries)
+        try:
+            sha256s = _fetch_all(client, plan, staging, report, cancel, retries)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise _disk_full(store, staging, plan, free_space or _disk_free) from None
         report.emit("writing manifest", "installing")
         (staging / STATE_FILE).unlink(missing_ok=True)
         manifest = Manifest(
@@ -283,6 +289,21 @@ def _check_space(store: Store, staging: Path, plan: PullPlan, free_space: Callab
             f"{format_bytes(free)} is free at {store.home} "
             f"(and {format_bytes(DISK_RESERVE_BYTES)} is kept spare)"
         )
+
+
+def _disk_full(
+    store: Store, staging: Path, plan: PullPlan, free_space: Callable[[Path], int]
+) -> NotEnoughSpace:
+    """The disk filled up during the download (something else wrote to it, or it was nearly full)."""
+    needed = sum(max(0, f.size - bytes_on_disk(staging / f.path)) for f in plan.files)
+    try:
+        free = format_bytes(free_space(staging))
+    except OSError:
+        free = "nothing"
+    return NotEnoughSpace(
+        f"the disk is full: {plan.name} needs {format_bytes(needed)} more at {store.home} "
+        f"and {free} is free; free some space and run the same pull again to resume"
+    )
 
 
 def check_listed_paths(plan: PullPlan) -> None:

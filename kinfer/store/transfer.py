@@ -39,6 +39,10 @@ class ChecksumMismatch(StoreError):
     kind = "server_error"
 
 
+class SizeMismatch(ChecksumMismatch):
+    """The hub sent more bytes than it lists for the file (huggingface_hub's "consistency check")."""
+
+
 class PullCancelled(StoreError):
     """The pull was cancelled; what was fetched stays in partial/ for the next pull to resume."""
 
@@ -160,6 +164,15 @@ def _stream_into(
             for chunk in response.iter_bytes():
                 if cancel is not None and cancel.is_set():
                     raise PullCancelled(f"pull cancelled at {have} of {remote.size} bytes of {remote.path}")
+                if have + len(chunk) > remote.size:
+                    # retrying would fetch the same too-long file for ever: fail, as huggingface_hub does
+                    out.close()
+                    part.unlink(missing_ok=True)
+                    raise SizeMismatch(
+                        f"consistency check failed: the hub sent more than the {remote.size} bytes it "
+                        f"lists for {remote.path}; removed the partial file (try again later, or report "
+                        f"it to the repo {repo_id})"
+                    )
                 out.write(chunk)
                 have += len(chunk)
                 tick(FileTick(min(have, remote.size), remote.size, resumed_from))

@@ -18,7 +18,7 @@ from kinfer.server.http import serve
 
 log = logging.getLogger(__name__)
 
-STOP_TIMEOUT_S = 30.0
+STOP_SLACK_S = 15.0  # beyond --shutdown-grace: Hypercorn's flush and unloading the engines
 
 
 class ServerTask:
@@ -57,10 +57,14 @@ class ServerTask:
 
         self._task.add_done_callback(done)
 
-    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Graceful: Hypercorn lets open streams finish (a few seconds), then the engines unload."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Graceful, as `kinfer --headless` on SIGTERM: new requests get 503, replies in flight have
+        --shutdown-grace seconds to finish, the rest end with their dialect's error event, then the
+        engines unload."""
         if self._task is None or self._shutdown is None:
             return
+        if timeout is None:
+            timeout = self.runtime.settings.shutdown_grace + STOP_SLACK_S
         self._shutdown.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)

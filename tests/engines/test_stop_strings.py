@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinfer.engines.stop_strings import StopStringMatcher
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 
 
 def feed_all(matcher: StopStringMatcher, pieces: tuple[str, ...]) -> tuple[str, str | None]:
@@ -37,3 +37,19 @@ def test_the_stop_that_starts_first_wins_and_the_longest_on_a_tie():
 def test_no_stops_release_everything_at_once():
     scan = StopStringMatcher(("",)).feed("anything")
     assert (scan.text, scan.matched) == ("anything", None)
+
+
+def test_utf8_pieces_make_whole_characters_and_an_unfinished_last_one_is_dropped():
+    star = "🌟".encode()  # four bytes, which SmolLM2 writes as three byte tokens
+    decoder = Utf8Decoder()
+    released = [decoder.feed(p) for p in (b"go ", star[:2], star[2:3], star[3:], star[:2])]
+    assert released == ["go ", "", "", "🌟", ""]
+    # the reply ends (max_tokens) with half a star held back: it is dropped, never shown as U+FFFD
+    assert decoder.flush() == ""
+
+
+def test_bytes_that_can_never_be_utf8_still_show_as_replacement_characters():
+    decoder = Utf8Decoder()
+    assert decoder.feed(b"a\xffb") == "a\ufffdb"
+    assert decoder.feed(b"\xc3") == "" and decoder.feed(b"(") == "\ufffd("  # a broken sequence
+    assert decoder.flush() == ""

@@ -79,7 +79,8 @@ class LlamaEngine:
     layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
     exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
     step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
-    smaller budget keeps generating rows moving while long prompts prefill.
+    smaller budget keeps generating rows moving while long prompts prefill. min_ctx: raises an
+    automatic ctx to a request's larger one (sizing.plan_size).
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class LlamaEngine:
         gpu_layers: int = -1,
         exact_prefix: bool | None = None,
         step_tokens: int = 0,
+        min_ctx: int = 0,
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -113,6 +115,7 @@ class LlamaEngine:
                 kv_bytes_per_token=facts.kv_bytes_per_token,
                 max_sequences=native.max_sequences(),
                 step_tokens=step_tokens,
+                min_ctx=min_ctx,
             )
             plan = self.plan
             self._ctx = native.create_context(

@@ -72,13 +72,15 @@ def plan_size(
     max_sequences: int,
     step_tokens: int = 0,
     free_memory: int | None = None,
+    min_ctx: int = 0,
 ) -> SizePlan:
     """Fill in the automatic (0) settings.
 
     ctx: min(train context, 4096); rows: 4 on CPU, 16 with a GPU backend; one pool slot per row when
     the prefix cache is on. Automatic rows (then automatic ctx) shrink until the KV cache fits in
     half the free memory; explicit settings are taken as given. step_tokens: the per-step token
-    budget (llama.cpp's n_batch), 0 = TOKEN_BUDGET.
+    budget (llama.cpp's n_batch), 0 = TOKEN_BUDGET. min_ctx: a request's larger context (Ollama's
+    num_ctx) raises an automatic one, taken then as given; it never shrinks it.
     """
     if free_memory is None:
         free_memory = psutil.virtual_memory().available
@@ -87,6 +89,8 @@ def plan_size(
         log.warning("context %d is beyond what the model was trained for; using %d", ctx, train_context)
         ctx = train_context
     ctx = align_ctx(ctx if ctx > 0 else min(train_context or DEFAULT_CTX, DEFAULT_CTX))
+    if min_ctx > ctx:
+        ctx, auto_ctx = align_ctx(min(min_ctx, train_context or min_ctx)), False
     rows = rows if rows > 0 else (ROWS_GPU if gpu else ROWS_CPU)
     per_row_streams = 2 if prefix_cache else 1
     # llama.cpp caps sequence ids at LLAMA_MAX_SEQ (256)

@@ -71,6 +71,7 @@ class MlxEngine:
         fused_decode: bool = True,
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
+        min_ctx: int = 0,
     ) -> None:
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
@@ -106,6 +107,7 @@ class MlxEngine:
             attention_layers=len(self._paged),
             prefix_cache=prefix_cache,
             prefill_chunk=prefill_chunk,
+            min_ctx=min_ctx,
         )
         for layer in recurrent:
             layer.rows = self.plan.rows

@@ -85,7 +85,10 @@ def plan_size(
     attention_layers: int,
     prefix_cache: bool,
     prefill_chunk: int,
+    min_ctx: int = 0,
 ) -> SizePlan:
+    """Rows and context per row (0: automatic). min_ctx: a request's larger context (Ollama's num_ctx)
+    raises an automatic one, taken then as given; it never shrinks it."""
     kind = "gpu" if gpu else "cpu"
     auto_rows, auto_ctx = rows <= 0, ctx <= 0
     rows = rows if rows > 0 else AUTO_ROWS[kind]
@@ -93,6 +96,8 @@ def plan_size(
         log.warning("context %d is beyond what the model was trained for; using %d", ctx, train_context)
         ctx = train_context
     ctx = ctx if ctx > 0 else min(train_context, AUTO_CTX[kind])
+    if min_ctx > ctx:
+        ctx, auto_ctx = min(min_ctx, train_context or min_ctx), False
     per_token = _kv_bytes_per_token(config, attention_layers)
     available = _available_memory(gpu)
     budget = int(available * KV_MEMORY_SHARE)

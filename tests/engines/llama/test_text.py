@@ -56,6 +56,15 @@ def test_multibyte_characters_split_across_tokens_stream_out_whole(engine):
     assert all(u.new_tokens == 1 for u in result.updates)
 
 
+@pytest.mark.parametrize("max_tokens", range(1, 9))
+def test_a_reply_cut_inside_a_character_ends_without_a_replacement_character(engine, max_tokens):
+    result = run_alone(engine, job("cut", chat_prompt(engine, "Say an emoji."), max_tokens=max_tokens))
+
+    assert result.finish == "length"
+    assert "\ufffd" not in result.text
+    assert result.text == "🌟" * (max_tokens // 3)  # only whole stars: a star is three byte tokens
+
+
 def test_model_info_comes_from_the_gguf(engine):
     info = engine.info
 

@@ -61,3 +61,15 @@ def test_same_weights_give_the_same_greedy_replies(engines):
         assert on_mlx[j.job_id].new_tokens == on_llama[j.job_id].new_tokens
     assert on_mlx["p0"].text == "The capital of France is Paris."
     assert on_mlx["p1"].new_tokens == TOKENS  # the story runs to max_tokens: 40 tokens compared
+
+
+def test_a_reply_cut_inside_a_character_ends_without_a_replacement_character(engines):
+    for engine in engines:
+        prompt = engine.tokenize(chat("Say an emoji."))
+        whole = run_jobs(engine, [job("whole", prompt, max_tokens=9)])["whole"].text
+        assert any(len(c.encode()) > 1 for c in whole), whole  # the reply has multi-byte characters
+        for max_tokens in range(1, 9):
+            cut = run_jobs(engine, [job("cut", prompt, max_tokens=max_tokens)])["cut"]
+            assert cut.finish == "length"
+            assert "\ufffd" not in cut.text, (engine.info.engine, max_tokens)
+            assert whole.startswith(cut.text)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +71,60 @@ def test_pull_without_a_hub_says_it_cannot_reach_it(
     rc, _out, err = kinfer("pull", "o/r")
     assert rc == 1
     assert err.splitlines()[-1].startswith("kinfer: cannot reach the hub at http://127.0.0.1:")
+
+
+class FillingDisk:
+    """Writes to `*.part` files fail with ENOSPC once `room` bytes went in, as on a full disk."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+        self.room = room
+        real_open = Path.open
+
+        def open_(path: Path, mode: str = "r", *args, **kwargs):
+            handle = real_open(path, mode, *args, **kwargs)
+            if path.name.endswith(".part") and mode[0] in "wa":
+                return _Filling(handle, self)
+            return handle
+
+        monkeypatch.setattr(Path, "open", open_)
+
+
+class _Filling:
+    def __init__(self, handle, disk: FillingDisk) -> None:
+        self._handle, self._disk = handle, disk
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self._disk.room:
+            raise OSError(errno.ENOSPC, "No space left on device", self._handle.name)
+        self._disk.room -= len(data)
+        return self._handle.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+
+def test_pull_on_a_full_disk_says_so_in_one_line_and_resumes_once_there_is_room(
+    kinfer, gguf_repo: str, kinfer_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        FillingDisk(patched, room=100)
+        rc, out, err = kinfer("pull", gguf_repo)
+
+    assert rc == 1 and out == ""
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("kinfer: the disk is full: hf.co/o/Tiny-GGUF:q4_k_m needs ")
+    assert f"more at {kinfer_home}" in last and "run the same pull again to resume" in last
+    assert list((kinfer_home / "partial").rglob("*.part"))  # the partial file stays for the next pull
+
+    rc, out, _err = kinfer("pull", gguf_repo)
+    assert rc == 0 and out.startswith("pulled hf.co/o/Tiny-GGUF:q4_k_m")
 
 
 def test_can_run_json_uses_the_ctx_and_parallel_flags(kinfer, gguf_repo: str) -> None:

@@ -438,3 +438,30 @@ def test_a_hub_file_name_too_long_for_a_model_name_is_refused(
         pull(store, "o/Long-GGUF")
     assert names(store) == []
     assert fetched(hub) == set()
+
+
+def test_a_hub_that_sends_more_than_it_lists_fails_the_pull_once(
+    hub: HubServer, store: Store, gguf_bytes
+) -> None:
+    data = gguf_bytes("F32", RESUMABLE_VOCAB)
+    hub.repos["o/Oversize-GGUF"] = FakeRepo({"m-Q4_K_M.gguf": data})
+    hub.serve_extra("o/Oversize-GGUF", "m-Q4_K_M.gguf", 1000)
+    outcome: list[BaseException] = []
+    cancel = threading.Event()
+
+    def run() -> None:
+        try:
+            pull(store, "o/Oversize-GGUF", cancel=cancel)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(30)
+    cancel.set()  # (a pull that loops for ever is stopped here, and the test fails below)
+
+    assert not worker.is_alive() and len(outcome) == 1
+    assert isinstance(outcome[0], ChecksumMismatch)
+    assert "consistency check failed" in outcome[0].message and "m-Q4_K_M.gguf" in outcome[0].message
+    assert len(hub.downloads("m-Q4_K_M.gguf")) == 1  # one download, not one after another
+    assert names(store) == [] and list(store.partial_dir.rglob("*.gguf*")) == []
