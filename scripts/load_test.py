@@ -3,16 +3,22 @@
 
     python scripts/load_test.py                         # 256 clients, --parallel 16, 24 tokens each
     python scripts/load_test.py --clients 32 --json out.json
+    python scripts/load_test.py --clients 200 --disconnect 0.3 --hang-up-early 0.5 --rounds 3
+                                                        # the hang-up benchmark: RSS flat over 3 rounds
 
 It starts its own server (a subprocess on a free 127.0.0.1 port, bundled SmolLM2, a throwaway
 KINFER_HOME), computes each prompt's greedy reply alone first, then opens every client at once
 (OpenAI SSE and Ollama NDJSON, alternating). A share of the clients (--disconnect) close their
-connection at a random point. It checks that
+connection at a random point: after some of the reply's chunks, or (--hang-up-early) at a random
+moment that may fall while the request is still queued or prefilling. --rounds repeats the burst on
+the same server. It checks that
 
 - every reply that finished is whole: the same text as that prompt's reply computed alone;
 - no answer was a 5xx, except deliberate 503s (a full queue, with Retry-After);
-- afterwards every row is free, no request is active, and the server's RSS is back near its
-  baseline (measured after the warm-up, before the burst).
+- the server counted no request as an error that no client saw fail (a client that leaves is a
+  cancellation);
+- after each round every row is free, no request is active, and the server's RSS is back near its
+  baseline (measured after the warm-up, before the first burst) and flat from round to round.
 
 Everything is bounded: the counts are fixed, each client has a timeout, and --time-limit stops the
 whole run. Exit status 0 when every check holds, 1 otherwise; --json writes the numbers.
@@ -63,6 +69,10 @@ DIALECTS = ("openai", "ollama")
 SETTLE_S = 60.0
 RSS_SLACK_BYTES = 64 * 1024 * 1024
 RSS_SLACK_RATIO = 0.15
+# from the first round's RSS to the last's: a leak per round shows, allocator noise does not
+ROUND_RSS_SLACK_BYTES = 32 * 1024 * 1024
+ROUND_RSS_SLACK_RATIO = 0.05
+HANG_UP_WINDOW_S = (0.01, 2.0)  # when an early hang-up happens, after the request is sent
 
 
 @dataclass
@@ -71,6 +81,7 @@ class ClientResult:
     dialect: str
     prompt: int
     leave_after: int | None  # content chunks to read before closing; None = stay to the end
+    leave_at_s: float | None = None  # hang up this long after sending, wherever the request is by then
     status: int = 0
     text: str = ""
     finish: str | None = None
@@ -82,6 +93,20 @@ class ClientResult:
 
 
 @dataclass
+class Round:
+    """The server after one burst."""
+
+    number: int
+    wall_s: float = 0.0
+    rows_busy_after: float = -1.0
+    requests_active_after: float = -1.0
+    cancelled: float = 0.0
+    errors: float = 0.0  # requests the server ended as "error"
+    generated_tokens: float = 0.0
+    rss_after_mb: float = 0.0
+
+
+@dataclass
 class Report:
     command: str
     machine: dict
@@ -89,10 +114,12 @@ class Report:
     parallel: int
     max_tokens: int
     disconnect_share: float
+    rounds: list[Round] = field(default_factory=list)
     wall_s: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
     finished: int = 0
     left_early: int = 0
+    hung_up_before_headers: int = 0
     planned_leavers: int = 0
     busy_503: int = 0
     mismatched: list[str] = field(default_factory=list)
@@ -103,6 +130,7 @@ class Report:
     rows_busy_after: float = -1.0
     requests_active_after: float = -1.0
     cancelled: float = 0.0
+    errors: float = 0.0
     generated_tokens: float = 0.0
     tokens_per_second: float = 0.0
     first_token_p50_s: float | None = None
@@ -247,9 +275,23 @@ def parse_chunk(dialect: str, line: str) -> tuple[str, str | None, str | None] |
 
 
 async def run_client(client: httpx.AsyncClient, result: ClientResult, max_tokens: int) -> None:
-    path, body = request_for(result.dialect, PROMPTS[result.prompt], max_tokens, stream=True)
     started = time.monotonic()
     chunks: list[str] = []
+    try:
+        async with asyncio.timeout(result.leave_at_s):  # None: no hang-up
+            await _read_reply(client, result, max_tokens, started, chunks)
+    except TimeoutError:
+        result.left = True  # the client hung up, wherever its request was
+    finally:
+        result.text = "".join(chunks)
+        result.chunks = len(chunks)
+        result.total_s = time.monotonic() - started
+
+
+async def _read_reply(
+    client: httpx.AsyncClient, result: ClientResult, max_tokens: int, started: float, chunks: list[str]
+) -> None:
+    path, body = request_for(result.dialect, PROMPTS[result.prompt], max_tokens, stream=True)
     try:
         async with client.stream("POST", path, json=body) as reply:
             result.status = reply.status_code
@@ -277,10 +319,6 @@ async def run_client(client: httpx.AsyncClient, result: ClientResult, max_tokens
                     return
     except httpx.HTTPError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        result.text = "".join(chunks)
-        result.chunks = len(chunks)
-        result.total_s = time.monotonic() - started
 
 
 async def watch(url: str, report: Report, stop: asyncio.Event, process: subprocess.Popen) -> None:
@@ -302,36 +340,55 @@ async def burst(url: str, args: argparse.Namespace, report: Report, process: sub
     async with httpx.AsyncClient(base_url=url, timeout=args.client_timeout, limits=limits) as client:
         wanted = sorted({(DIALECTS[i % 2], i % len(PROMPTS)) for i in range(args.clients)})
         solo = {key: await reference(client, key[0], key[1], args.max_tokens) for key in wanted}
-        await asyncio.sleep(1.0)
-        report.rss_baseline_mb = rss(process) / 2**20
-        before = (await client.get("/metrics")).text
-
-        rng = random.Random(args.seed)
-        results = []
-        for i in range(args.clients):
-            key = (DIALECTS[i % 2], i % len(PROMPTS))
-            # a leaver closes its connection before the reply's last chunk: right after the headers
-            # (0) or after some of the text, at a point drawn from the length of that reply alone
-            leave = rng.randint(0, solo[key][1] - 1) if rng.random() < args.disconnect else None
-            results.append(ClientResult(index=i, dialect=key[0], prompt=key[1], leave_after=leave))
+    await asyncio.sleep(1.0)
+    report.rss_baseline_mb = rss(process) / 2**20
+    rng = random.Random(args.seed)
+    everyone: list[ClientResult] = []
+    for number in range(1, args.rounds + 1):
+        before = httpx.get(url + "/metrics", timeout=10).text
+        results = plan_clients(args, solo, rng, first_index=len(everyone))
         stop = asyncio.Event()
         watcher = asyncio.create_task(watch(url, report, stop, process))
         started = time.monotonic()
-        await asyncio.gather(*(run_client(client, r, args.max_tokens) for r in results))
-        report.wall_s = time.monotonic() - started
+        async with httpx.AsyncClient(base_url=url, timeout=args.client_timeout, limits=limits) as client:
+            await asyncio.gather(*(run_client(client, r, args.max_tokens) for r in results))
+        wall = time.monotonic() - started
         stop.set()
         await watcher
+        report.rounds.append(settle(url, process, before, Round(number=number, wall_s=round(wall, 2))))
+        everyone += results
+    judge(everyone, solo, report)
+    add_up_rounds(report)
 
-    judge(results, solo, report)
-    settle(url, report, process, before)
+
+def plan_clients(
+    args: argparse.Namespace, solo: dict, rng: random.Random, first_index: int
+) -> list[ClientResult]:
+    """One round's clients. A leaver closes its connection before the reply's last chunk: right after
+    the headers (0) or after some of the text, at a point drawn from the length of that reply alone;
+    an early one (--hang-up-early) hangs up at a random moment, queued, prefilling or streaming."""
+    results = []
+    for i in range(args.clients):
+        key = (DIALECTS[i % 2], i % len(PROMPTS))
+        result = ClientResult(index=first_index + i, dialect=key[0], prompt=key[1], leave_after=None)
+        if rng.random() < args.disconnect:
+            if rng.random() < args.hang_up_early:
+                result.leave_at_s = rng.uniform(*HANG_UP_WINDOW_S)
+            else:
+                result.leave_after = rng.randint(0, solo[key][1] - 1)
+        results.append(result)
+    return results
 
 
 def judge(results: list[ClientResult], solo: dict, report: Report) -> None:
-    report.planned_leavers = sum(1 for r in results if r.leave_after is not None)
+    report.planned_leavers = sum(1 for r in results if r.leave_after is not None or r.leave_at_s is not None)
     for r in results:
         report.statuses[str(r.status)] = report.statuses.get(str(r.status), 0) + 1
         where = f"client {r.index} ({r.dialect}, prompt {r.prompt})"
-        if r.status == 503:
+        if r.status == 0 and r.left:
+            report.left_early += 1  # hung up before any answer came
+            report.hung_up_before_headers += 1
+        elif r.status == 503:
             report.busy_503 += 1
         elif r.status >= 500 or (r.status == 200 and r.error):
             report.server_errors.append(f"{where}: {r.status} {r.error}")
@@ -356,7 +413,7 @@ def judge(results: list[ClientResult], solo: dict, report: Report) -> None:
         report.total_p95_s = round(totals[int(0.95 * (len(totals) - 1))], 3)
 
 
-def settle(url: str, report: Report, process: subprocess.Popen, before: str) -> None:
+def settle(url: str, process: subprocess.Popen, before: str, result: Round) -> Round:
     """Wait (bounded) for the rows and requests to drain, then read the numbers after the burst."""
     deadline = time.monotonic() + SETTLE_S
     text = ""
@@ -365,17 +422,31 @@ def settle(url: str, report: Report, process: subprocess.Popen, before: str) -> 
         if metric(text, "kinfer_rows_busy") == 0 and metric(text, "kinfer_requests_active") == 0:
             break
         time.sleep(0.2)
-    report.rows_busy_after = metric(text, "kinfer_rows_busy")
-    report.requests_active_after = metric(text, "kinfer_requests_active")
-    report.cancelled = metric(text, "kinfer_requests_total", outcome="cancelled") - metric(
-        before, "kinfer_requests_total", outcome="cancelled"
-    )
-    report.generated_tokens = metric(text, "kinfer_generated_tokens_total") - metric(
-        before, "kinfer_generated_tokens_total"
-    )
-    report.tokens_per_second = round(report.generated_tokens / report.wall_s, 1) if report.wall_s else 0.0
+    result.rows_busy_after = metric(text, "kinfer_rows_busy")
+    result.requests_active_after = metric(text, "kinfer_requests_active")
+
+    def rose(name: str, **labels: str) -> float:
+        return metric(text, name, **labels) - metric(before, name, **labels)
+
+    result.cancelled = rose("kinfer_requests_total", outcome="cancelled")
+    result.errors = rose("kinfer_requests_total", outcome="error")
+    result.generated_tokens = rose("kinfer_generated_tokens_total")
     time.sleep(2.0)  # let freed buffers go back before reading RSS
-    report.rss_after_mb = rss(process) / 2**20
+    result.rss_after_mb = round(rss(process) / 2**20, 1)
+    return result
+
+
+def add_up_rounds(report: Report) -> None:
+    """The rounds added up; "after" numbers are the last round's."""
+    last = report.rounds[-1]
+    report.wall_s = round(sum(r.wall_s for r in report.rounds), 2)
+    report.rows_busy_after = last.rows_busy_after
+    report.requests_active_after = last.requests_active_after
+    report.cancelled = sum(r.cancelled for r in report.rounds)
+    report.errors = sum(r.errors for r in report.rounds)
+    report.generated_tokens = sum(r.generated_tokens for r in report.rounds)
+    report.tokens_per_second = round(report.generated_tokens / report.wall_s, 1) if report.wall_s else 0.0
+    report.rss_after_mb = last.rss_after_mb
 
 
 def check(report: Report) -> None:
@@ -387,9 +458,17 @@ def check(report: Report) -> None:
         report.failures.append(f"{len(report.mismatched)} finished replies differ from the reply alone")
     if report.finished == 0:
         report.failures.append("no reply finished")
-    if report.rows_busy_after != 0 or report.requests_active_after != 0:
+    for r in report.rounds:
+        if r.rows_busy_after != 0 or r.requests_active_after != 0:
+            report.failures.append(
+                f"round {r.number} not drained: {r.rows_busy_after} rows busy, "
+                f"{r.requests_active_after} active"
+            )
+    # a queue deadline is a 503 the client sees and an "error" the server counts; anything more is a
+    # request that failed without anyone being told (or a client's hang-up counted as a failure)
+    if report.errors > report.busy_503:
         report.failures.append(
-            f"not drained: {report.rows_busy_after} rows busy, {report.requests_active_after} active"
+            f"the server counted {report.errors:.0f} errors but clients saw {report.busy_503} (503s)"
         )
     # a client that leaves after its reply was fully generated is not a cancellation, so this is an
     # upper bound only; tests/hardening/test_disconnects.py checks cancellations exactly
@@ -400,6 +479,13 @@ def check(report: Report) -> None:
         report.failures.append(
             f"RSS after the burst {report.rss_after_mb:.0f} MiB > {limit:.0f} MiB "
             f"(baseline {report.rss_baseline_mb:.0f} MiB)"
+        )
+    first, last = report.rounds[0], report.rounds[-1]
+    flat = first.rss_after_mb * (1 + ROUND_RSS_SLACK_RATIO) + ROUND_RSS_SLACK_BYTES / 2**20
+    if last.rss_after_mb > flat:
+        report.failures.append(
+            f"RSS grew from round to round: {first.rss_after_mb:.0f} MiB after round 1, "
+            f"{last.rss_after_mb:.0f} MiB after round {last.number} (> {flat:.0f} MiB)"
         )
 
 
@@ -428,6 +514,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=24, help="tokens per reply")
     parser.add_argument("--ctx", type=int, default=512, help="context per row")
     parser.add_argument("--disconnect", type=float, default=0.1, help="share of clients that leave early")
+    parser.add_argument(
+        "--hang-up-early",
+        type=float,
+        default=0.0,
+        help="share of the leavers that hang up at a random moment (queued, prefilling or streaming)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="bursts, one after another, on the same server")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--client-timeout", type=float, default=600.0, help="seconds per client request")
     parser.add_argument("--time-limit", type=float, default=1200.0, help="seconds for the whole run")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ class LiveServer:
     url: str  # http://127.0.0.1:PORT
     runtime: Runtime
     loop: asyncio.AbstractEventLoop
+    shutdown: asyncio.Event | None = None
+    thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
@@ -30,10 +33,22 @@ class LiveServer:
         """Run a coroutine on the server's loop (to poke the scheduler from a test)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def begin_shutdown(self) -> None:
+        """What SIGTERM does to `kinfer --headless`: drain, then stop serving."""
+        assert self.shutdown is not None
+        self.loop.call_soon_threadsafe(self.shutdown.set)
+
+    def stopped(self, timeout: float) -> bool:
+        """Wait (bounded) for the server to stop; True once it has."""
+        assert self.thread is not None
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
 
 def server_settings(home: Path, **overrides) -> Settings:
-    # one llama.cpp thread: ggml's spinning thread barrier collapses when a test's own threads take a core
-    base = Settings(home=home, port=0, keep_alive="-1", parallel=4, ctx=2048, threads=1)
+    # one llama.cpp thread: ggml's spinning thread barrier collapses when a test's own threads take a core;
+    # a short grace so that a test leaving a reply running does not hold its teardown for long
+    base = Settings(home=home, port=0, keep_alive="-1", parallel=4, ctx=2048, threads=1, shutdown_grace=5.0)
     return replace(base, **overrides)
 
 
@@ -79,9 +94,10 @@ def running_server(settings: Settings, *, engine_factory=None) -> Iterator[LiveS
             pass
         threading.Event().wait(0.05)
     try:
-        yield LiveServer(url=url, runtime=runtime, loop=loop)
+        yield LiveServer(url=url, runtime=runtime, loop=loop, shutdown=shutdown, thread=thread)
     finally:
         if shutdown is not None:
-            loop.call_soon_threadsafe(shutdown.set)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: a test stopped the server already
+                loop.call_soon_threadsafe(shutdown.set)
         thread.join(30)
         sock.detach()  # Hypercorn closed the fd already; closing it again could hit a reused number

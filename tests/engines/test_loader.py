@@ -68,3 +68,36 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         assert engine._gated_delta is False
     finally:
         engine.close()
+
+
+def test_a_requests_num_ctx_may_raise_the_served_context_but_never_shrink_it(smollm2_gguf: Path):
+    model = Model("smollm2", "gguf", smollm2_gguf)
+
+    def served(settings: Settings, num_ctx: int | None) -> int:
+        with load_engine(model, settings, ctx=num_ctx) as engine:
+            return engine.info.context_length
+
+    explicit = Settings(parallel=1, ctx=1024, threads=1, prefix_cache="off")
+    assert [served(explicit, n) for n in (None, 1, 2048)] == [1024, 1024, 2048]
+    automatic = Settings(parallel=1, threads=1, prefix_cache="off")
+    size = served(automatic, None)
+    assert [served(automatic, n) for n in (1, size + 1024)] == [size, size + 1024]
+
+
+def test_on_mlx_too_a_requests_num_ctx_never_shrinks_the_served_context(tmp_path: Path):
+    from tests.fixtures.tiny_mlx import build_tiny_model
+
+    model = Model("tiny", "mlx", build_tiny_model(tmp_path / "qwen3", "qwen3"))
+
+    def served(settings: Settings, num_ctx: int | None) -> int:
+        engine = load_engine(model, settings, ctx=num_ctx)
+        try:
+            return engine.info.context_length
+        finally:
+            engine.close()
+
+    explicit = Settings(parallel=1, ctx=256, mlx_self_check=False)
+    assert [served(explicit, n) for n in (1, 512)] == [256, 512]
+    automatic = Settings(parallel=1, mlx_self_check=False)
+    size = served(automatic, None)
+    assert served(automatic, 1) == size

@@ -35,6 +35,22 @@ def test_refusals_speak_the_callers_dialect(locked: LiveServer):
     assert anthropic.get("type") == "error" or "error" in anthropic
 
 
+def test_kinfer_ps_without_the_key_says_the_server_wants_one(
+    locked: LiveServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+):
+    from kinfer import cli
+
+    monkeypatch.delenv("KINFER_API_KEY", raising=False)
+    assert cli.main(["ps", "--port", str(locked.port)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # never "no model loaded": the server did not say what it has loaded
+    assert "needs an API key (401)" in err and "KINFER_API_KEY" in err
+
+    monkeypatch.setenv("KINFER_API_KEY", KEY)
+    assert cli.main(["ps", "--port", str(locked.port)]) == 0
+    assert capsys.readouterr().out.strip() == "no model loaded"
+
+
 def test_cors_admits_configured_origins_only(locked: LiveServer):
     preflight = httpx.options(
         locked.url + "/v1/chat/completions",
