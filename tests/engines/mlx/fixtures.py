@@ -42,10 +42,11 @@ def chat(user: str, *, system: str | None = None, history: str = "") -> str:
 
 
 def readable(text: str) -> str:
-    """Text with each run of U+FFFD collapsed to one. Random weights emit invalid UTF-8 byte runs, which a
-    streaming decoder and a whole-string decode may split into different numbers of replacement
-    characters; every valid character must still match exactly."""
-    return re.sub("\ufffd+", "\ufffd", text)
+    """Text with each run of U+FFFD collapsed to one, and none at the end. Random weights emit invalid
+    UTF-8 byte runs, which a streaming decoder and a whole-string decode may split into different
+    numbers of replacement characters; a reply that ends inside a character drops the half character
+    where a whole-string decode shows U+FFFD. Every valid character must still match exactly."""
+    return re.sub("\ufffd+", "\ufffd", text).rstrip("\ufffd")
 
 
 @cache
