@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from kinfer import cli
+from kinfer.store import transfer
 from kinfer.store.progress import ProgressPrinter, PullProgress
 from tests.fixtures.hub_server import FakeRepo, HubServer
 
@@ -74,19 +76,28 @@ def test_pull_without_a_hub_says_it_cannot_reach_it(
 
 
 class FillingDisk:
-    """Writes to `*.part` files fail with ENOSPC once `room` bytes went in, as on a full disk."""
+    """Writes to `*.part` files fail with ENOSPC once `room` bytes went in, as on a full disk.
+
+    The store opens a partial file with `open_nofollow` and wraps the descriptor with `os.fdopen`;
+    the file objects made for `.part` descriptors are wrapped in turn."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, room: int) -> None:
         self.room = room
-        real_open = Path.open
+        parts: set[int] = set()
+        real_open, real_fdopen = transfer.open_nofollow, os.fdopen
 
-        def open_(path: Path, mode: str = "r", *args, **kwargs):
-            handle = real_open(path, mode, *args, **kwargs)
-            if path.name.endswith(".part") and mode[0] in "wa":
-                return _Filling(handle, self)
-            return handle
+        def open_nofollow(path: Path, flags: int, *args):
+            fd = real_open(path, flags, *args)
+            if path.name.endswith(".part") and flags & os.O_WRONLY:
+                parts.add(fd)
+            return fd
 
-        monkeypatch.setattr(Path, "open", open_)
+        def fdopen(fd: int, *args, **kwargs):
+            handle = real_fdopen(fd, *args, **kwargs)
+            return _Filling(handle, self) if fd in parts else handle
+
+        monkeypatch.setattr(transfer, "open_nofollow", open_nofollow)
+        monkeypatch.setattr(os, "fdopen", fdopen)
 
 
 class _Filling:
