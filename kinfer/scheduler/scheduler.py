@@ -16,10 +16,11 @@ from concurrent.futures import Future
 from kinfer.config import Settings
 from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
 from kinfer.engines.base import JobUpdate
-from kinfer.errors import Busy, EngineFailure, KinferError, ModelNotFound
+from kinfer.errors import Busy, KinferError
 from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.embed_ticket import EmbedTicket
-from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob, Shutdown
+from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob
+from kinfer.scheduler.models import ModelPool
 from kinfer.scheduler.records import (
     EngineFactory,
     IsPresent,
@@ -30,12 +31,11 @@ from kinfer.scheduler.records import (
     SchedulerSnapshot,
 )
 from kinfer.scheduler.stream import RequestStream
-from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
+from kinfer.scheduler.worker import WorkerCallbacks
 
 log = logging.getLogger(__name__)
 
 REAP_INTERVAL_S = 0.5
-ROOM_POLL_S = 0.05  # how often a load waiting for --max-loaded room looks again
 DRAIN_POLL_S = 0.05
 RECENT_FINISHED = 64  # finished requests kept for the dashboard's fade-out and the request log
 COMPLETION_WINDOW_S = 60.0
@@ -54,11 +54,20 @@ class Scheduler:
     ) -> None:
         self.settings = settings
         self._resolve = resolve
-        self._engine_factory = engine_factory
-        self._is_present = is_present or (lambda _model: True)
-        self._models: dict[str, LoadedModel] = {}
-        # loads in progress: tasks of the scheduler's own, so a requester that leaves never orphans one
-        self._loading: dict[str, asyncio.Task[None]] = {}
+        callbacks = WorkerCallbacks(
+            ready=self._on_ready,
+            admitted=self._on_admitted,
+            context=self._on_context,
+            updates=self._on_updates,
+            failed=self._on_failed,
+        )
+        self._pool = ModelPool(
+            settings,
+            engine_factory,
+            callbacks,
+            is_present=is_present or (lambda _model: True),
+            retry_after=self.retry_after,
+        )
         self._streams: dict[str, RequestStream] = {}
         self._stream_model: dict[str, LoadedModel] = {}
         self._admitting = 0  # requests past the queue check that wait for their model to load
@@ -89,11 +98,7 @@ class Scheduler:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
-        # a load in progress ends by itself (its engine thread cannot be interrupted); then unload all
-        while self._loading:
-            await asyncio.gather(*self._loading.values(), return_exceptions=True)
-        for name in list(self._models):
-            await self.unload(name)
+        await self._pool.close()
 
     async def drain(self, grace: float, hurry: asyncio.Event | None = None) -> None:
         """Shutting down: refuse new requests (Busy), let admitted ones finish for up to `grace`
@@ -308,118 +313,11 @@ class Scheduler:
     async def ensure_loaded(
         self, model: ModelRef, *, keep_alive: float | None = None, num_ctx: int | None = None
     ) -> LoadedModel:
-        """`model` loaded on its own engine thread, pinned for the caller (`_unpin` when done).
-
-        A loaded model is returned at once, even while another model waits for room. The load itself
-        runs as a task of the scheduler's: a caller that leaves mid-load leaves a model that is kept
-        (for its keep-alive) rather than orphaned. Waiting for --max-loaded room is bounded by
-        --queue-timeout."""
-        limit = self.settings.queue_timeout
-        deadline = time.monotonic() + limit if limit > 0 else None
-        while True:
-            loaded = self._models.get(model.name)
-            if loaded is not None and not loaded.worker.alive:  # its thread ended (gave up after faults)
-                self._models.pop(model.name, None)
-                loaded = None
-            if loaded is not None:
-                if loaded.removed or not self._is_present(loaded.model):
-                    self._mark_removed(loaded)
-                    raise ModelNotFound(f"model {model.name!r} was removed from the store")
-                self._pin(loaded)
-                return loaded
-            task = self._loading.get(model.name) or await self._start_load(
-                model, keep_alive, num_ctx, deadline
-            )
-            if task is not None:
-                await asyncio.shield(task)  # the load's error reaches every caller waiting for it
-
-    async def _start_load(
-        self, model: ModelRef, keep_alive: float | None, num_ctx: int | None, deadline: float | None
-    ) -> asyncio.Task[None] | None:
-        """Make room (unload idle models, least recently used first) and start loading `model`.
-        None when another caller got there first."""
-        while len(self._models) + len(self._loading) >= max(1, self.settings.max_loaded):
-            if model.name in self._models or model.name in self._loading:
-                return None
-            idle = [m for m in self._models.values() if m.active == 0]
-            if idle:
-                await self.unload(min(idle, key=lambda m: m.last_used).name)
-                continue
-            if deadline is not None and time.monotonic() > deadline:
-                busy = ", ".join(sorted(self._models) + sorted(self._loading))
-                raise Busy(
-                    f"waited {self.settings.queue_timeout:.0f}s for {busy} to finish its requests "
-                    f"before loading {model.name} (--max-loaded {self.settings.max_loaded})",
-                    retry_after=self.retry_after(),
-                )
-            await asyncio.sleep(ROOM_POLL_S)
-        if model.name in self._models or model.name in self._loading:
-            return None
-        task = asyncio.create_task(self._load(model, keep_alive, num_ctx), name=f"kinfer-load:{model.name}")
-        self._loading[model.name] = task
-        task.add_done_callback(_consume_load_error)
-        return task
-
-    async def _load(self, model: ModelRef, keep_alive: float | None, num_ctx: int | None) -> None:
-        started = time.monotonic()
-        loop = asyncio.get_running_loop()
-        callbacks = WorkerCallbacks(
-            ready=self._on_ready,
-            admitted=self._on_admitted,
-            context=self._on_context,
-            updates=self._on_updates,
-            failed=self._on_failed,
-        )
-        worker = EngineWorker(
-            model.name,
-            lambda: self._engine_factory(model, self.settings, num_ctx),
-            callbacks,
-            loop.call_soon_threadsafe,
-            queue_timeout=self.settings.queue_timeout,
-        )
-        try:
-            worker.start()
-            try:
-                info = await asyncio.wrap_future(worker.loaded)
-            except asyncio.CancelledError:
-                worker.send(Shutdown())  # the thread closes the engine as soon as it has one
-                raise
-            except KinferError:
-                raise
-            except Exception as exc:
-                raise EngineFailure(f"could not load {model.name}: {exc}") from exc
-            default_keep = self.settings.keep_alive_seconds
-            loaded = LoadedModel(
-                model=model,
-                worker=worker,
-                info=info,
-                loaded_at=time.time(),
-                keep_alive=default_keep if keep_alive is None else keep_alive,
-            )
-            loaded.load_seconds = time.monotonic() - started
-            log.info(
-                "loaded %s (%s, %d rows x %d ctx) in %.2fs",
-                model.name,
-                info.engine,
-                info.rows,
-                info.context_length,
-                loaded.load_seconds,
-            )
-            self._models[model.name] = loaded
-            self._arm_keep_alive(loaded)  # owned from now on, whether or not its requester stayed
-        finally:
-            self._loading.pop(model.name, None)
-
-    def _pin(self, loaded: LoadedModel) -> None:
-        loaded.active += 1
-        loaded.expires_at = None
-        loaded.last_used = time.monotonic()
+        """`model` loaded on its own engine thread, pinned for the caller (`_unpin` when done)."""
+        return await self._pool.acquire(model, keep_alive=keep_alive, num_ctx=num_ctx)
 
     def _unpin(self, loaded: LoadedModel) -> None:
-        loaded.active = max(0, loaded.active - 1)
-        loaded.last_used = time.monotonic()
-        if loaded.active == 0:
-            self._arm_keep_alive(loaded)
+        self._pool.release(loaded)
 
     async def load(self, name: str | None, *, keep_alive: float | None = None) -> LoadedModel:
         """Ollama's empty-prompt generate: load (or refresh keep-alive) without generating."""
@@ -434,65 +332,31 @@ class Scheduler:
 
     async def unload(self, name: str) -> bool:
         """Stop the model's engine thread now; its in-flight requests fail with a clear error."""
-        loaded = self._models.pop(name, None)
-        if loaded is None:
-            return False
-        await asyncio.to_thread(loaded.worker.stop)
-        log.info("unloaded %s", name)
-        return True
+        return await self._pool.unload(name)
 
     async def unload_when_idle(self, name: str) -> bool:
-        """Ollama's `keep_alive: 0`: unload now if idle, else as soon as the requests in flight end
-        (never under another client's reply). False when the model is not loaded."""
-        loaded = self._models.get(name)
-        if loaded is None:
-            return False
-        loaded.keep_alive = 0
-        if loaded.active == 0:
-            await self.unload(name)
-        return True
+        """Ollama's `keep_alive: 0`: unload once the requests in flight end, never under them."""
+        return await self._pool.unload_when_idle(name)
 
     async def unload_matching(self, path_owner: Callable[[ModelRef], bool]) -> None:
         """Unload every loaded model for which `path_owner` says yes (rm of a loaded model)."""
-        for name, loaded in list(self._models.items()):
+        for loaded in self.loaded_models():
             if path_owner(loaded.model):
-                await self.unload(name)
+                await self.unload(loaded.name)
 
     async def forget_removed(self) -> None:
-        """Models whose files were removed behind the server's back (`kinfer rm` from another
-        process): unloaded now when idle, else when their requests end; no new request reaches them."""
-        for loaded in list(self._models.values()):
-            if loaded.removed or not self._is_present(loaded.model):
-                self._mark_removed(loaded)
-                if loaded.active == 0:
-                    await self.unload(loaded.name)
-
-    def _mark_removed(self, loaded: LoadedModel) -> None:
-        if not loaded.removed:
-            log.warning("the files of %s are gone; unloading it once idle", loaded.name)
-        loaded.removed = True
-        loaded.keep_alive = 0
-        if loaded.active == 0:
-            self._arm_keep_alive(loaded)
+        """Models whose files `kinfer rm` removed elsewhere: unloaded when idle, no new requests."""
+        await self._pool.forget_removed()
 
     def loaded_models(self) -> list[LoadedModel]:
-        return list(self._models.values())
-
-    def _arm_keep_alive(self, loaded: LoadedModel) -> None:
-        if loaded.active or loaded.keep_alive < 0:
-            loaded.expires_at = None
-        else:
-            loaded.expires_at = time.monotonic() + loaded.keep_alive
+        return list(self._pool.models.values())
 
     async def _reap_idle_models(self) -> None:
         while True:
             await asyncio.sleep(REAP_INTERVAL_S)
             now = time.monotonic()
             self._enforce_generation_deadline(now)
-            await self.forget_removed()
-            for name, loaded in list(self._models.items()):
-                if loaded.active == 0 and loaded.expires_at is not None and now >= loaded.expires_at:
-                    await self.unload(name)
+            await self._pool.reap(now)
 
     def _enforce_generation_deadline(self, now: float) -> None:
         """End replies that ran past --generation-timeout; they finish with reason "deadline"."""
@@ -522,7 +386,7 @@ class Scheduler:
     def snapshot(self) -> SchedulerSnapshot:
         now = time.monotonic()
         models = []
-        for loaded in self._models.values():
+        for loaded in self._pool.models.values():
             stats = loaded.worker.stats
             models.append(
                 ModelSnapshot(
@@ -552,9 +416,3 @@ class Scheduler:
             embedded_inputs_total=self.embedded_inputs_total,
             embedded_tokens_total=self.embedded_tokens_total,
         )
-
-
-def _consume_load_error(task: asyncio.Task) -> None:
-    """A load whose every requester left has nobody to raise to: log its failure instead."""
-    if not task.cancelled() and (error := task.exception()) is not None:
-        log.info("loading failed: %s", error)

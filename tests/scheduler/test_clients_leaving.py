@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from kinfer.config import Settings
 from kinfer.scheduler import Scheduler
-from tests.scheduler.test_scheduler import ask, echo_reply, make_scheduler
+from tests.scheduler.test_scheduler import ask, echo_reply, resolve
 from tests.scripted_engine import ScriptedEngine
 
 pytestmark = pytest.mark.asyncio
@@ -31,16 +34,21 @@ class SlowTokenizing(ScriptedEngine):
         return super().tokenize(text)
 
 
+def scheduler_with(factory, *, is_present=None, **overrides) -> Scheduler:
+    """A scheduler over the test models whose engines `factory(model, settings, ctx)` makes."""
+    settings = replace(Settings(home=Path("/tmp/unused"), keep_alive="-1"), **overrides)
+    return Scheduler(settings, resolve, factory, is_present=is_present)
+
+
 def slow_scheduler(**overrides) -> tuple[Scheduler, list[ScriptedEngine]]:
-    scheduler, engines = make_scheduler(**overrides)
+    engines: list[ScriptedEngine] = []
 
     def factory(model, settings, ctx):
         engine = SlowTokenizing(echo_reply, name=model.name, step_delay=0.01)
         engines.append(engine)
         return engine
 
-    scheduler._engine_factory = factory
-    return scheduler, engines
+    return scheduler_with(factory, **overrides), engines
 
 
 async def leave_after(coro, seconds: float) -> None:
@@ -85,7 +93,7 @@ async def test_token_counters_that_hang_up_leave_the_engine_thread_and_other_rep
 
 
 async def test_a_client_that_leaves_while_its_model_loads_leaves_a_model_that_is_kept_not_leaked():
-    scheduler, engines = make_scheduler()
+    engines: list[ScriptedEngine] = []
     loading = threading.Event()
 
     def slow_load(model, settings, ctx):
@@ -95,7 +103,7 @@ async def test_a_client_that_leaves_while_its_model_loads_leaves_a_model_that_is
         engines.append(engine)
         return engine
 
-    scheduler._engine_factory = slow_load
+    scheduler = scheduler_with(slow_load)
     task = asyncio.create_task(scheduler.submit(ask("hello")))
     await asyncio.to_thread(loading.wait, 5)
     task.cancel()
@@ -113,7 +121,7 @@ async def test_a_client_that_leaves_while_its_model_loads_leaves_a_model_that_is
 
 
 async def test_loads_whose_clients_all_leave_never_pile_up_engines():
-    scheduler, engines = make_scheduler(max_loaded=1)
+    engines: list[ScriptedEngine] = []
 
     def slow_load(model, settings, ctx):
         time.sleep(0.2)
@@ -121,7 +129,7 @@ async def test_loads_whose_clients_all_leave_never_pile_up_engines():
         engines.append(engine)
         return engine
 
-    scheduler._engine_factory = slow_load
+    scheduler = scheduler_with(slow_load, max_loaded=1)
     for name in ("alpha", "beta", "alpha", "beta"):
         await leave_after(scheduler.submit(ask("hi", model=name)), 0.05)
         await eventually(lambda name=name: [m.name for m in scheduler.loaded_models()] == [name])
@@ -149,9 +157,8 @@ async def test_an_unexpected_error_on_the_engine_thread_fails_its_replies_instea
         def cancel(self, job_id: str) -> None:
             raise SystemError("a bug in the engine's bookkeeping")
 
-    scheduler, _ = make_scheduler()
-    scheduler._engine_factory = lambda model, s, ctx: BrokenCancel(
-        echo_reply, name=model.name, step_delay=0.01
+    scheduler = scheduler_with(
+        lambda model, s, ctx: BrokenCancel(echo_reply, name=model.name, step_delay=0.01)
     )
     doomed = await scheduler.submit(ask("d" * 300))
     other = await scheduler.submit(ask("o" * 300))

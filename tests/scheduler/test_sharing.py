@@ -11,6 +11,7 @@ import pytest
 
 from kinfer.errors import Busy, ModelNotFound
 from kinfer.protocol import ErrorEvent
+from tests.scheduler.test_clients_leaving import scheduler_with
 from tests.scheduler.test_scheduler import ask, echo_reply, make_scheduler
 from tests.scripted_engine import ScriptedEngine
 
@@ -24,13 +25,11 @@ async def collect(stream) -> str:
 
 
 async def test_the_queue_bound_holds_while_the_model_loads():
-    scheduler, _ = make_scheduler(max_queue=2)
-
     def slow_load(model, settings, ctx):
         time.sleep(0.5)
         return ScriptedEngine(echo_reply, name=model.name)
 
-    scheduler._engine_factory = slow_load
+    scheduler = scheduler_with(slow_load, max_queue=2)
     results = await asyncio.gather(
         *(scheduler.submit(ask(f"q{i}")) for i in range(20)), return_exceptions=True
     )
@@ -99,8 +98,13 @@ async def test_keep_alive_zero_unloads_an_idle_model_at_once():
 
 async def test_a_model_whose_files_are_gone_takes_no_new_request_and_unloads_when_idle():
     present = {"alpha": True}
-    scheduler, engines = make_scheduler(engine_options={"step_delay": 0.005})
-    scheduler._is_present = lambda model: present.get(model.name, True)
+    engines: list[ScriptedEngine] = []
+
+    def factory(model, settings, ctx):
+        engines.append(ScriptedEngine(echo_reply, name=model.name, step_delay=0.005))
+        return engines[-1]
+
+    scheduler = scheduler_with(factory, is_present=lambda model: present.get(model.name, True))
     running = await scheduler.submit(ask("r" * 100))
     present["alpha"] = False  # `kinfer rm alpha` in another process
 
