@@ -37,7 +37,8 @@ class SlowTokenizing(ScriptedEngine):
 def scheduler_with(factory, *, is_present=None, **overrides) -> Scheduler:
     """A scheduler over the test models whose engines `factory(model, settings, ctx)` makes."""
     settings = replace(Settings(home=Path("/tmp/unused"), keep_alive="-1"), **overrides)
-    return Scheduler(settings, resolve, factory, is_present=is_present)
+    extra = {"is_present": is_present} if is_present is not None else {}
+    return Scheduler(settings, resolve, factory, **extra)
 
 
 def slow_scheduler(**overrides) -> tuple[Scheduler, list[ScriptedEngine]]:
