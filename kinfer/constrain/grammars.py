@@ -29,6 +29,7 @@ ANY_OBJECT: dict[str, Any] = {"type": "object"}
 _XML_TEXT_RULE = "xml_text[lazy]: /(?s:.*)\\n<\\/parameter>\\n/"
 _STRING_TYPES = {"string"}
 _LOCATION = re.compile(r"^at \d+\(\d+\): ")
+_SOURCE_LINE = re.compile(r"^\s+\d+ \| ")
 # where a schema holds schemas: as values of a map, or as a schema (or list of them)
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
 _SUBSCHEMAS = ("items", "prefixItems", "additionalProperties", "anyOf", "oneOf", "not", "contains")
@@ -94,8 +95,14 @@ def grammar_error(grammar: str) -> str:
     message = LLMatcher.validate_grammar(grammar, None)
     if not message:
         return ""
-    first = _LOCATION.sub("", message.strip().splitlines()[0])
-    return first.removeprefix("failed to compile JSON schema: ")
+    lines = []
+    for line in message.strip().splitlines():
+        if _SOURCE_LINE.match(line):
+            break  # llguidance then quotes the grammar: ours, not the client's
+        if line.strip().strip("^"):
+            lines.append(line.strip())
+    text = _LOCATION.sub("", " ".join(lines))
+    return text.removeprefix("failed to compile JSON schema: ")
 
 
 # ---- tool calls -------------------------------------------------------------------------------

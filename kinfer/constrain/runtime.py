@@ -100,7 +100,7 @@ class RowGrammar:
             return
         if self.active:
             if not self.matcher.consume_token(token):
-                self._fail()
+                self.fail()
             else:
                 self._check_end()
             return
@@ -134,17 +134,18 @@ class RowGrammar:
             return
         tokens = self._vocab.tokenizer.tokenize_bytes(already)
         if not self.matcher.consume_tokens(tokens):
-            self._fail()
+            self.fail()
         else:
             self._check_end()
 
     def _check_end(self) -> None:
         if self.matcher.is_error():
-            self._fail()
+            self.fail()
         elif self.matcher.is_stopped():
             self.ended = True
 
-    def _fail(self) -> None:
+    def fail(self) -> None:
+        """The reply left the grammar (or the grammar cannot go on): end the row with an error."""
         self.ended = True
         self.error = f"the reply left its grammar ({self.matcher.get_error() or 'no token could follow'})"
 
@@ -175,6 +176,9 @@ class MaskTable:
         matchers = []
         for slot, grammar in rows:
             if grammar.active and not grammar.ended:
+                if grammar.matcher.is_error():
+                    grammar.fail()  # its mask would offer only the end of the reply
+                    continue
                 matchers.append((grammar.matcher, slot))
             elif grammar.blocks_eos:
                 bits = self.words[slot].view(np.uint32)
@@ -204,9 +208,12 @@ class MaskTable:
         """Row `slot`'s mask as booleans over the first `n_vocab` tokens."""
         return np.unpackbits(self.words[slot].view(np.uint8), bitorder="little")[:n_vocab].astype(bool)
 
-    def dead_end(self, slot: int) -> bool:
-        """No token at all may follow: the grammar cannot go on."""
-        return not self.words[slot].any()
+    def dead_end(self, slot: int, grammar: RowGrammar) -> bool:
+        """The grammar cannot go on: it failed, or no token at all may follow."""
+        if not grammar.ended and not self.words[slot].any():
+            grammar.error = "the grammar allows no next token"
+            grammar.ended = True
+        return grammar.ended
 
     def close(self) -> None:
         self.wait()

@@ -372,7 +372,7 @@ class LlamaEngine:
     def _sample(self, row: _Row, index: int) -> JobUpdate:
         grammar = row.grammar
         if grammar is not None and not self._mask_logits(row, grammar, index):
-            return self._finish(row, "error", flush=True, error="the grammar allows no next token")
+            return self._finish(row, "error", flush=True, error=grammar.error)
         token = native.sampler_sample(row.sampler, self._ctx, index)
         row.generated += 1
         self._counters["generated"] += 1
@@ -415,7 +415,7 @@ class LlamaEngine:
             return True
         if row.pending is None and row.generated == 0:
             masks.fill([(row.seq, grammar)])  # the first token, sampled after the prompt: not prefetched
-        if masks.dead_end(row.seq):
+        if masks.dead_end(row.seq, grammar):
             return False
         logits = native.row_logits(self._ctx, index, self._vocab.n_tokens)
         logits[~masks.allowed(row.seq, self._vocab.n_tokens)] = -np.inf

@@ -362,7 +362,7 @@ class MlxEngine:
         masks.fill([(row.slot, row.grammar) for _, row in masked])
         words = np.full((len(rows), masks.words.shape[1]), -1, dtype=np.int32)
         for i, row in masked:
-            if masks.dead_end(row.slot):
+            if masks.dead_end(row.slot, row.grammar):
                 updates.append(row.dead_end())
                 self._release(row, save=False)
             else:

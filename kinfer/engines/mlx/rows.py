@@ -108,9 +108,9 @@ class Row:
         return self._update(scan.text, None)
 
     def dead_end(self) -> JobUpdate:
-        """The final update of a row whose grammar allows no next token."""
-        update = self._drain("", "error", "the grammar allows no next token")
-        return replace(update, new_tokens=0)
+        """The final update of a row whose grammar cannot go on."""
+        error = self.grammar.error if self.grammar is not None else None
+        return replace(self._drain("", "error", error or "the grammar cannot go on"), new_tokens=0)
 
     def _drain(self, text: str, finish: FinishReason, error: str | None = None) -> JobUpdate:
         """The final update of a reply that ends for another reason than a stop string: everything held
