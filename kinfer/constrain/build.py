@@ -1,8 +1,9 @@
 """Which constraint a request gets, decided once its prompt is rendered (the template says how the model
 writes tool calls and whether the reply starts inside a think block).
 
-- a forced tool call (`tool_choice` "required" or a function's name): the reply is that call (or
-  calls), in the model's own format, its arguments valid against the tool's schema;
+- a forced tool call (`tool_choice` "required", or a function's name: one call of it): the reply is
+  that call (or, "required" with parallel calls allowed, calls one per line), in the model's own
+  format, its arguments valid against the tool's schema;
 - `response_format`: the answer is JSON (valid against the schema); with tools on "auto" the model
   may call a tool instead;
 - tools on "auto" alone: the reply is free, but a call the model starts must be well formed (a lazy
@@ -40,10 +41,11 @@ def build_constraint(request: ChatRequest, rendered: RenderedPrompt) -> Constrai
     choice = request.tool_choice
     try:
         if request.tools and choice not in ("auto", "none"):
-            tools = (
-                request.tools if choice == "required" else tuple(t for t in request.tools if t.name == choice)
-            )
-            calls = tool_call_rules(tools, traits.tool_format, parallel=request.parallel_tool_calls)
+            if choice == "required":
+                tools, parallel = request.tools, request.parallel_tool_calls
+            else:  # a named function is called once, as OpenAI and vLLM do
+                tools, parallel = tuple(t for t in request.tools if t.name == choice), False
+            calls = tool_call_rules(tools, traits.tool_format, parallel=parallel)
             return _checked(Constraint("start: calls\n" + calls, "tool_call", start_after))
         answer = _answer_rule(request.response_format) if request.response_format else None
     except SchemaError as exc:

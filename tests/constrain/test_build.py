@@ -34,9 +34,14 @@ def test_a_forced_call_is_the_only_thing_the_reply_may_be(vocab):
     assert (forced.kind, forced.trigger, forced.start_after) == ("tool_call", None, None)
     call = '<tool_call>\n{{"name": "{}", "arguments": {}}}\n</tool_call>'
     assert accepts(vocab, forced.grammar, call.format("get_weather", '{"city": "Oslo"}'))
-    named = constraint(tools=(UNIT, CITY), tool_choice="set_unit", parallel_tool_calls=False)
-    assert accepts(vocab, named.grammar, call.format("set_unit", '{"unit": "c"}'))
+    named = constraint(tools=(UNIT, CITY), tool_choice="set_unit")
+    unit = call.format("set_unit", '{"unit": "c"}')
+    assert accepts(vocab, named.grammar, unit)
     assert not accepts(vocab, named.grammar, call.format("get_weather", '{"city": "Oslo"}'))
+    assert not accepts(vocab, named.grammar, unit + "\n" + unit)  # a named function is called once
+    assert accepts(vocab, forced.grammar, unit + "\n" + unit)  # "required" allows parallel calls
+    single = constraint(tools=(UNIT, CITY), tool_choice="required", parallel_tool_calls=False)
+    assert not accepts(vocab, single.grammar, unit + "\n" + unit)
 
 
 def test_tools_on_auto_constrain_only_a_call_the_model_starts():
