@@ -6,8 +6,8 @@ constrained row holds a `RowGrammar`: every token the row samples goes through `
 may still hold its text back: the grammar has seen it); before each draw the engine asks the table
 for the row's mask and sets every token it forbids to -inf on the row's logits.
 
-Masks are computed on the CPU, by llguidance's own threads, and the GIL is released meanwhile, so an
-engine can compute them while the device runs the step's forward pass.
+Masks are computed on the CPU (llguidance releases the GIL meanwhile), one row after another: tens of
+microseconds each, so an engine computes them while the device runs the step's forward pass.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-from llguidance import LLExecutor, LLMatcher, LLTokenizer
-from llguidance.numpy import fill_next_token_bitmask_par
+from llguidance import LLMatcher, LLTokenizer
+from llguidance.numpy import fill_next_token_bitmask
 
 from kinfer.constrain.spec import Constraint
 from kinfer.errors import InvalidRequest
@@ -158,13 +158,12 @@ def _tail(data: bytes, marker_length: int) -> bytes:
 class MaskTable:
     """A token bitmask per engine row: bit t of row r (word t // 32, bit t % 32) = token t may come next.
 
-    `fill` computes masks for the rows given, on llguidance's threads; `prefetch` runs `fill` on a
-    helper thread (for an engine whose forward pass releases the GIL) and `wait` joins it."""
+    `fill` computes masks for the rows given; `prefetch` runs `fill` on a helper thread (for an engine
+    whose forward pass releases the GIL) and `wait` joins it. `seconds` counts the CPU time spent."""
 
     def __init__(self, rows: int, vocab: GrammarVocab) -> None:
         self._vocab = vocab
         self.words = np.full((rows, (vocab.n_vocab + 31) // 32), -1, dtype=np.int32)
-        self._executor: LLExecutor | None = None
         self._thread: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.seconds = 0.0  # CPU time spent computing masks, for stats and benchmarks
@@ -172,25 +171,20 @@ class MaskTable:
 
     def fill(self, rows: Iterable[tuple[int, RowGrammar]]) -> None:
         """Compute the next-token masks of these (slot, grammar) rows."""
-        started = time.perf_counter()
-        matchers = []
+        started = time.thread_time()
         for slot, grammar in rows:
             if grammar.active and not grammar.ended:
                 if grammar.matcher.is_error():
                     grammar.fail()  # its mask would offer only the end of the reply
                     continue
-                matchers.append((grammar.matcher, slot))
+                fill_next_token_bitmask(grammar.matcher, self.words, slot)
+                self.filled += 1
             elif grammar.blocks_eos:
                 bits = self.words[slot].view(np.uint32)
                 bits[:] = 0xFFFFFFFF
                 for token in self._vocab.eos:
                     bits[token // 32] &= np.uint32(~(1 << (token % 32)) & 0xFFFFFFFF)
-        if matchers:
-            if self._executor is None:
-                self._executor = LLExecutor()
-            fill_next_token_bitmask_par(self._executor, matchers, self.words)
-        self.filled += len(matchers)
-        self.seconds += time.perf_counter() - started
+        self.seconds += time.thread_time() - started
 
     def prefetch(self, rows: list[tuple[int, RowGrammar]]) -> None:
         if not rows:
