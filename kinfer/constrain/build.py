@@ -58,9 +58,15 @@ def build_constraint(request: ChatRequest, rendered: RenderedPrompt) -> Constrai
     if answer is not None:
         return _checked(Constraint(f"start: answer\n{answer}", "json", start_after))
     if calls is not None:
-        return _checked(
-            Constraint("start: calls\n" + calls, "tool_call", start_after, trigger=TOOL_CALL_OPEN)
+        # only a call the model starts is checked: a grammar that does not compile is no reason to refuse
+        lazy = Constraint(
+            "start: calls\n" + calls, "tool_call", start_after, TOOL_CALL_OPEN, _own_think(rendered)
         )
+        error = grammar_error(lazy.grammar)
+        if error:
+            log.warning("tool calls left unconstrained: %s", error)
+            return None
+        return lazy
     return None
 
 
@@ -80,6 +86,14 @@ def _lenient_calls(request: ChatRequest, tool_format: ToolFormat) -> str | None:
     except SchemaError as exc:
         log.info("tool calls left unconstrained: %s", exc)
         return None
+
+
+def _own_think(rendered: RenderedPrompt) -> tuple[str, str] | None:
+    """The think markers, when the model may open a think block the prompt did not open."""
+    traits = rendered.traits
+    if not traits.supports_thinking or rendered.starts_in_thinking:
+        return None
+    return traits.think_open, traits.think_close
 
 
 def _checked(constraint: Constraint) -> Constraint:

@@ -51,9 +51,16 @@ class GrammarVocab:
             log.info("grammar vocabulary built in %.2fs", time.perf_counter() - started)
         return self._tokenizer
 
-    def start(self, constraint: Constraint) -> RowGrammar:
-        """A fresh grammar state for one row."""
-        return RowGrammar(self, constraint)
+    def start(self, constraint: Constraint) -> RowGrammar | None:
+        """A fresh grammar state for one row. A lazy grammar (tools on "auto") that does not compile for
+        this vocabulary leaves the row free (None) rather than refuse it; any other raises."""
+        try:
+            return RowGrammar(self, constraint)
+        except InvalidRequest as exc:
+            if constraint.trigger is None:
+                raise
+            log.warning("tool calls left unconstrained: %s", exc)
+            return None
 
     def matcher(self, grammar: str) -> LLMatcher:
         """A fresh matcher for `grammar`, compiled once and copied after that."""
@@ -77,13 +84,26 @@ class RowGrammar:
     `start_after` (the think closer), then, for a lazy grammar, for the trigger. `ended`: the grammar
     is complete (only the end of the reply may follow) or the reply left it (`error` says how)."""
 
-    __slots__ = ("_pending", "_start_after", "_trigger", "_vocab", "active", "ended", "error", "matcher")
+    __slots__ = (
+        "_may_think",
+        "_pending",
+        "_start_after",
+        "_trigger",
+        "_vocab",
+        "active",
+        "ended",
+        "error",
+        "matcher",
+    )
 
     def __init__(self, vocab: GrammarVocab, constraint: Constraint) -> None:
         self._vocab = vocab
         self.matcher = vocab.matcher(constraint.grammar)
         self._start_after = constraint.start_after.encode() if constraint.start_after else None
         self._trigger = constraint.trigger.encode() if constraint.trigger else None
+        # a lazy grammar lets the reply open a think block of its own first (a call inside is thought)
+        think = constraint.think if self._trigger is not None and self._start_after is None else None
+        self._may_think = (think[0].encode(), think[1].encode()) if think else None
         self._pending = b""  # the reply's bytes not yet matched against a marker
         self.active = self._start_after is None and self._trigger is None
         self.ended = False
@@ -108,6 +128,16 @@ class RowGrammar:
 
     def _scan(self, piece: bytes) -> None:
         seen = self._pending + piece
+        if self._may_think is not None:
+            opener, closer = self._may_think
+            head = seen.lstrip()
+            if opener.startswith(head):  # nothing yet, or part of the opener: wait
+                self._pending = seen
+                return
+            self._may_think = None
+            if head.startswith(opener):
+                self._start_after = closer
+                seen = head[len(opener) :]
         if self._start_after is not None:
             at = seen.find(self._start_after)
             if at < 0:
@@ -152,7 +182,7 @@ class RowGrammar:
 
 def _tail(data: bytes, marker_length: int) -> bytes:
     # only the last marker_length - 1 bytes can still be the start of the marker
-    return data[len(data) - marker_length + 1 :] if marker_length > 1 else b""
+    return data[max(0, len(data) - marker_length + 1) :] if marker_length > 1 else b""
 
 
 class MaskTable:

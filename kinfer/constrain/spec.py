@@ -16,6 +16,8 @@ class Constraint:
     closer when the prompt opened one: thinking stays free); None = from the first token.
     `trigger`: a lazy grammar: after `start_after`, the reply is free until it writes this marker
     (the tool-call opener), and from the marker on it must follow the grammar, which starts with it.
+    `think`: (opener, closer) when the reply may open a think block of its own (the template allows
+    thinking but the prompt did not open the block); a lazy grammar skips such a block.
     Once the grammar is complete the reply ends (finish reason "stop").
     """
 
@@ -23,3 +25,4 @@ class Constraint:
     kind: ConstraintKind
     start_after: str | None = None
     trigger: str | None = None
+    think: tuple[str, str] | None = None

@@ -72,6 +72,9 @@ def test_the_models_own_format_and_thinking_come_from_its_template(vocab):
     assert accepts(vocab, forced.grammar, xml)
     no_think = constraint(qwen35, tools=(UNIT,), tool_choice="required", think=False)
     assert no_think.start_after is None  # the prompt closed the think block already
+    qwen3 = load_template("qwen3-0.6b.jinja")  # Hermes calls; the model opens <think> itself
+    lazy = constraint(qwen3, tools=(UNIT,))
+    assert (lazy.start_after, lazy.think) == (None, ("<think>", "</think>"))  # a call inside is thought
 
 
 def test_a_schema_the_engine_cannot_enforce_is_a_400_naming_the_keyword():

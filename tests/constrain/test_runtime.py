@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kinfer.constrain.grammars import json_rule, tool_call_rules
 from kinfer.constrain.runtime import MaskTable, RowGrammar
 from kinfer.constrain.spec import Constraint
+from kinfer.errors import InvalidRequest
 from kinfer.protocol import ToolSpec
 from tests.constrain.conftest import BYTE, EOS, byte_tokens, make_vocab, merged, piece_of
 
@@ -98,3 +100,23 @@ def test_compiled_grammars_are_cached_and_each_row_gets_its_own_state():
     assert len(vocab._compiled) == 1
     write(first, '{"unit": "c"}')
     assert first.ended and not second.ended
+
+
+def test_a_lazy_grammar_skips_a_think_block_the_model_opens_itself(vocab):
+    grammar = vocab.start(
+        Constraint(CALLS, "tool_call", trigger="<tool_call>", think=("<think>", "</think>"))
+    )
+    write(grammar, "\n<think>I could write <tool_call> here: it is only a thought.</think>\n")
+    assert not grammar.active  # the opener inside the thought did not start the grammar
+    write(grammar, '<tool_call>\n{"name": "set_unit", "arguments": {"unit": "f"}}\n</tool_call>')
+    assert grammar.ended and grammar.error is None
+    plain = vocab.start(Constraint(CALLS, "tool_call", trigger="<tool_call>", think=("<think>", "</think>")))
+    write(plain, "No thinking: <tool_call>")  # a reply that does not open the block is scanned at once
+    assert plain.active
+
+
+def test_a_lazy_grammar_that_does_not_compile_leaves_the_row_free_and_a_forced_one_refuses(vocab):
+    broken = "start: calls\ncalls: <[99999999]>"
+    assert vocab.start(Constraint(broken, "tool_call", trigger="<tool_call>")) is None
+    with pytest.raises(InvalidRequest, match="could not be compiled"):
+        vocab.start(Constraint(broken, "tool_call"))
