@@ -8,6 +8,7 @@ from kinfer.errors import InvalidRequest
 from kinfer.protocol import ResponseFormat, validate_request
 from kinfer.server import anthropic_wire, ollama_wire, openai_wire, responses_wire
 from kinfer.server.responses import to_request as responses_request
+from kinfer.server.responses_tools import to_tools
 from kinfer.server.wire import parse_wire
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -24,9 +25,8 @@ def openai(**fields):
 
 
 def responses(**fields):
-    return responses_request(
-        parse_wire(responses_wire.ResponsesBody, {"model": "m", "input": "hi", **fields}), "r"
-    )[0]
+    body = parse_wire(responses_wire.ResponsesBody, {"model": "m", "input": "hi", **fields})
+    return responses_request(body, "r", body.input, to_tools(body.tools))[0]
 
 
 def anthropic(**fields):
