@@ -36,6 +36,13 @@ log = logging.getLogger(__name__)
 def build_constraint(request: ChatRequest, rendered: RenderedPrompt) -> Constraint | None:
     """The grammar `request`'s reply must follow, or None. Raises `InvalidRequest` for a schema the
     grammar engine cannot enforce (naming the keyword it refused)."""
+    try:
+        return _build(request, rendered)
+    except RecursionError:
+        raise InvalidRequest("a JSON schema in the request is nested too deeply to enforce") from None
+
+
+def _build(request: ChatRequest, rendered: RenderedPrompt) -> Constraint | None:
     traits = rendered.traits
     start_after = traits.think_close if rendered.starts_in_thinking else None
     choice = request.tool_choice

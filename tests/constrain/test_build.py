@@ -87,3 +87,11 @@ def test_a_schema_the_engine_cannot_enforce_is_a_400_naming_the_keyword():
         )
     # tools the model may never call loosen the grammar instead of refusing the request
     assert constraint(tools=(ToolSpec("tag", "", {"type": "object", "properties": {"t": tags}}),)) is not None
+
+
+def test_a_schema_nested_beyond_reason_is_a_400_not_a_crash():
+    deep: dict = {"type": "string"}
+    for _ in range(2000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(InvalidRequest, match="nested too deeply"):
+        constraint(response_format=ResponseFormat("json_schema", deep))
