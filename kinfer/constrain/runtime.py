@@ -189,11 +189,14 @@ class MaskTable:
     """A token bitmask per engine row: bit t of row r (word t // 32, bit t % 32) = token t may come next.
 
     `fill` computes masks for the rows given; `prefetch` runs `fill` on a helper thread (for an engine
-    whose forward pass releases the GIL) and `wait` joins it. `seconds` counts the CPU time spent."""
+    whose forward pass releases the GIL) and `wait` joins it. `seconds` counts the CPU time spent.
+    `unpack`: also lay each mask out as one boolean per token (`forbidden`), for an engine that masks
+    logits on the host: that costs more than the mask itself, and is done on the helper thread too."""
 
-    def __init__(self, rows: int, vocab: GrammarVocab) -> None:
+    def __init__(self, rows: int, vocab: GrammarVocab, *, unpack: bool = False) -> None:
         self._vocab = vocab
         self.words = np.full((rows, (vocab.n_vocab + 31) // 32), -1, dtype=np.int32)
+        self._forbidden = np.zeros((rows, vocab.n_vocab), dtype=bool) if unpack else None
         self._thread: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.seconds = 0.0  # CPU time spent computing masks, for stats and benchmarks
@@ -209,11 +212,13 @@ class MaskTable:
                     continue
                 fill_next_token_bitmask(grammar.matcher, self.words, slot)
                 self.filled += 1
+                self._unpack(slot)
             elif grammar.blocks_eos:
                 bits = self.words[slot].view(np.uint32)
                 bits[:] = 0xFFFFFFFF
                 for token in self._vocab.eos:
                     bits[token // 32] &= np.uint32(~(1 << (token % 32)) & 0xFFFFFFFF)
+                self._unpack(slot)
         self.seconds += time.thread_time() - started
 
     def prefetch(self, rows: list[tuple[int, RowGrammar]]) -> None:
@@ -227,6 +232,16 @@ class MaskTable:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
+
+    def _unpack(self, slot: int) -> None:
+        if self._forbidden is not None:
+            bits = np.unpackbits((~self.words[slot]).view(np.uint8), bitorder="little")
+            self._forbidden[slot] = bits[: self._vocab.n_vocab].view(bool)
+
+    def forbidden(self, slot: int) -> np.ndarray:
+        """Row `slot`'s mask as one boolean per token, True = forbidden (a table built with `unpack`)."""
+        assert self._forbidden is not None
+        return self._forbidden[slot]
 
     def allowed(self, slot: int, n_vocab: int) -> np.ndarray:
         """Row `slot`'s mask as booleans over the first `n_vocab` tokens."""

@@ -120,3 +120,11 @@ def test_a_lazy_grammar_that_does_not_compile_leaves_the_row_free_and_a_forced_o
     assert vocab.start(Constraint(broken, "tool_call", trigger="<tool_call>")) is None
     with pytest.raises(InvalidRequest, match="could not be compiled"):
         vocab.start(Constraint(broken, "tool_call"))
+
+
+def test_an_unpacked_table_lays_out_the_forbidden_tokens_for_host_side_masking(vocab):
+    masks = MaskTable(1, vocab, unpack=True)
+    grammar = vocab.start(Constraint(JSON, "json"))
+    write(grammar, '{"unit": "')
+    masks.fill([(0, grammar)])
+    assert set(np.flatnonzero(~masks.forbidden(0))) == {BYTE + ord("c"), BYTE + ord("f")}

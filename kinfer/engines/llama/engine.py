@@ -399,7 +399,7 @@ class LlamaEngine:
     def _grammar_vocab(self) -> GrammarVocab:
         if self._grammar is None:
             self._grammar = grammar_vocab(self._vocab)
-            self._masks = MaskTable(self.plan.rows, self._grammar)
+            self._masks = MaskTable(self.plan.rows, self._grammar, unpack=True)
         return self._grammar
 
     def _prefetch_masks(self, rows: list[_Row]) -> None:
@@ -418,7 +418,7 @@ class LlamaEngine:
         if masks.dead_end(row.seq, grammar):
             return False
         logits = native.row_logits(self._ctx, index, self._vocab.n_tokens)
-        logits[~masks.allowed(row.seq, self._vocab.n_tokens)] = -np.inf
+        np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
         return True
 
     def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
