@@ -71,6 +71,18 @@ Truncation = Literal["error", "drop_oldest"]
 
 
 @dataclass(frozen=True)
+class ResponseFormat:
+    """Structured output: the answer must be a JSON object (`json_object`), or JSON valid against
+    `schema` (`json_schema`). Every schema is enforced, whatever `strict` says; a schema the grammar
+    engine cannot enforce is refused (400) rather than loosened."""
+
+    kind: Literal["json_object", "json_schema"]
+    schema: dict[str, Any] | None = None
+    name: str = ""
+    strict: bool = False
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """What every dialect's request becomes.
 
@@ -78,6 +90,9 @@ class ChatRequest:
     `raw_prompt`: a prompt that bypasses the chat template (/v1/completions, Ollama raw generate).
     `keep_alive`: seconds to keep the model loaded after this request; None = server default,
     0 = unload when done, negative = never unload.
+    `tool_choice`: "auto" lets the model answer or call; "required" (or a function's name) forces a
+    call (to that function), in the model's own tool-call format, arguments valid against its schema.
+    `parallel_tool_calls`: False allows one call per reply. `response_format`: structured output.
     `stop`: strings that end the reply. They are matched by the engine on everything the model
     generates, thinking and tool-call markup included (the think splitter runs later, on the event
     loop); the matched string and what follows it are never sent, and `Done.stop_string` names it.
@@ -94,6 +109,8 @@ class ChatRequest:
     messages: tuple[Message, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: str = "auto"  # "auto" | "none" | "required" | a function name
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
     sampling: Sampling = field(default_factory=Sampling)
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
@@ -118,6 +135,15 @@ def validate_request(request: ChatRequest) -> None:
         raise InvalidRequest("messages must not be empty")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise InvalidRequest("max_tokens must be at least 1")
+    if request.tool_choice not in ("auto", "none"):
+        if not request.tools:
+            raise InvalidRequest(f"tool_choice {request.tool_choice!r} needs tools; the request has none")
+        names = {tool.name for tool in request.tools}
+        if request.tool_choice != "required" and request.tool_choice not in names:
+            raise InvalidRequest(f"tool_choice names {request.tool_choice!r}, which is not among the tools")
+    fmt = request.response_format
+    if fmt is not None and fmt.kind == "json_schema" and not isinstance(fmt.schema, dict):
+        raise InvalidRequest("a json_schema response format needs a schema (a JSON object)")
 
 
 # ---- events -------------------------------------------------------------------------------

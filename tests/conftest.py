@@ -41,3 +41,11 @@ def kinfer_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KINFER_HOME", str(home))
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-ollama"))
     return home
+
+
+@pytest.fixture(scope="session")
+def smollm_f32(smollm2_gguf: Path):
+    """SmolLM2 in float32, as an MLX directory and an F32 GGUF (kinfer.testing.smollm_f32; cached)."""
+    from kinfer.testing.smollm_f32 import build_smollm_f32
+
+    return build_smollm_f32(smollm2_gguf)

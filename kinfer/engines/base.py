@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from kinfer.constrain.spec import Constraint
 from kinfer.protocol import FinishReason, Sampling
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class GenerationJob:
     # prompt lengths (in tokens) worth saving as exact prefix-pool checkpoints: the end of the system
     # prompt and the end of the conversation before the newest turn (used by recurrent models)
     checkpoints: tuple[int, ...] = ()
+    # a grammar the reply must follow (structured output, forced or started tool calls)
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class JobUpdate:
     # set once the row is freed: "stop", "length", "cancelled", or "error" (a failed forward pass)
     finish: FinishReason | None = None
     stop_string: str | None = None  # the stop string that ended the row (finish == "stop"), if one did
+    error: str | None = None  # why the row ended with finish == "error", when the engine can say
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from kinfer.chat.template import RenderedPrompt, render_prompt
 from kinfer.chat.traits import TemplateTraits
+from kinfer.constrain.build import build_constraint
 from kinfer.engines.base import GenerationJob, ModelInfo
 from kinfer.errors import InvalidRequest, KinferError, PromptTooLong
 from kinfer.protocol import ChatRequest
@@ -85,6 +86,7 @@ def prepare_job(
         stop=request.stop,
         ignore_eos=request.ignore_eos,
         checkpoints=checkpoints,
+        constraint=build_constraint(request, rendered),
     )
     return PreparedJob(job=job, rendered=rendered, prompt_tokens=len(tokens))
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 from kinfer.chat.pipeline import OutputPipeline
 from kinfer.engines.base import JobUpdate
+from kinfer.errors import EngineFailure
 from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Event, FinishReason, Timings, Usage
 from kinfer.scheduler.jobs import PreparedJob
 
@@ -114,7 +115,10 @@ class RequestStream:
             self._tail = (self._tail + update.text)[-TAIL_CHARS:]
             for event in self._pipeline.feed(update.text):
                 self._events.put_nowait(event)
-        if update.finish is not None:
+        if update.finish == "error" and update.error is not None:
+            # the engine ended the row and says why (a grammar dead end): the client gets an error
+            self.on_error(EngineFailure(update.error))
+        elif update.finish is not None:
             self._finish(update.finish, now, update.stop_string)
         self._moved.set()
 

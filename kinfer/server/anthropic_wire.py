@@ -18,7 +18,7 @@ from pydantic import Field
 
 from kinfer.chat.volatile import strip_volatile_headers
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import ChatRequest, Message, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ThinkLevel, ToolCall, ToolSpec
 from kinfer.server.wire import WireModel
 
 log = logging.getLogger(__name__)
@@ -88,9 +88,16 @@ class ThinkingConfig(WireModel):
     budget_tokens: int | None = None
 
 
+class OutputFormat(WireModel):
+    """Structured output: {"type": "json_schema", "schema": {...}} (the only type Anthropic defines)."""
+
+    type: str
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
 class OutputConfig(WireModel):
     effort: str | None = None
-    format: dict[str, Any] | None = None
+    format: OutputFormat | None = None
 
 
 class CountTokensBody(WireModel):
@@ -103,6 +110,9 @@ class CountTokensBody(WireModel):
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None
+    # the structured-outputs beta's spelling (header structured-outputs-2025-11-13); SDK 2.x sends
+    # output_config.format instead
+    output_format: OutputFormat | None = None
 
 
 class MessagesBody(CountTokensBody):
@@ -293,8 +303,6 @@ def think_from(thinking: ThinkingConfig | None, output: OutputConfig | None) -> 
     """`enabled` opens a think block, `disabled` renders the empty one, `adaptive` and `between_tools`
     (the model decides) leave the template's default; `output_config.effort` picks the level."""
     think = None if thinking is None else {"enabled": True, "disabled": False}.get(thinking.type)
-    if output is not None and output.format is not None:
-        raise InvalidRequest("output_config.format: structured output is not supported by kinfer yet")
     effort = output.effort if output is not None else None
     if think is False or effort is None:
         return think, None
@@ -315,6 +323,21 @@ def check_thinking_budget(thinking: ThinkingConfig | None, max_tokens: int | Non
         raise InvalidRequest("`max_tokens` must be greater than `thinking.budget_tokens`")
 
 
+def response_format(wire: CountTokensBody) -> ResponseFormat | None:
+    """`output_config.format` (or the beta's `output_format`) as the internal response format."""
+    fmt = wire.output_config.format if wire.output_config is not None else None
+    where = "output_config.format"
+    if fmt is None and wire.output_format is not None:
+        fmt, where = wire.output_format, "output_format"
+    if fmt is None:
+        return None
+    if fmt.type != "json_schema":
+        raise InvalidRequest(f"{where}.type: must be 'json_schema'")
+    if fmt.schema_ is None:
+        raise InvalidRequest(f"{where}.schema: Field required")
+    return ResponseFormat("json_schema", fmt.schema_, strict=True)
+
+
 def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
     """The internal request for `wire` (a create body, or a count_tokens body without sampling)."""
     check_thinking_budget(wire.thinking, wire.max_tokens if isinstance(wire, MessagesBody) else None)
@@ -329,6 +352,8 @@ def to_request(wire: CountTokensBody, request_id: str) -> ChatRequest:
         messages=to_messages(system_text(wire.system), wire.messages),
         tools=() if choice == "none" else tools,
         tool_choice=choice,
+        parallel_tool_calls=not (wire.tool_choice is not None and wire.tool_choice.disable_parallel_tool_use),
+        response_format=response_format(wire),
         think=think,
         think_level=level,
         dialect="anthropic",

@@ -10,8 +10,8 @@ from pydantic import Field
 from kinfer.chat.go_template import render_go_template
 from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import ChatRequest, Message, Sampling, ThinkLevel, ToolCall, ToolSpec
-from kinfer.server.wire import FunctionDef, WireModel
+from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
 
 # ---- wire schemas ---------------------------------------------------------------------------
 
@@ -91,6 +91,9 @@ class ChatBody(WireModel):
     model: str = ""
     messages: list[WireMessage] = Field(default_factory=list)
     tools: list[WireTool] | None = None
+    # kinfer extensions (Ollama has no way to force a tool call): OpenAI's fields, OpenAI's shapes
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     format: str | dict[str, Any] | None = None
     options: Options = Field(default_factory=Options)
     stream: bool = True
@@ -157,9 +160,18 @@ def think_fields(think: Think) -> tuple[bool | None, Any]:
     return True, THINK_LEVELS[think]  # "max" is the highest effort kinfer knows
 
 
-def check_format(fmt: str | dict[str, Any] | None, images: list[str] | None) -> None:
-    if fmt not in (None, ""):
-        raise InvalidRequest("format: structured output is not supported by kinfer yet")
+def response_format(fmt: str | dict[str, Any] | None) -> ResponseFormat | None:
+    """`format`: "json" (any JSON object) or a JSON schema; "" or absent: free text."""
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return ResponseFormat("json_object")
+    if isinstance(fmt, dict):
+        return ResponseFormat("json_schema", fmt)
+    raise InvalidRequest('format: give "json" or a JSON schema object')
+
+
+def check_images(images: list[str] | None) -> None:
     if images:
         raise InvalidRequest("images: this model reads text only")
 
@@ -168,6 +180,20 @@ def require_model(body: ChatBody | GenerateBody) -> None:
     """Ollama refuses a generation request without a model rather than guessing one."""
     if not body.model:
         raise InvalidRequest("model is required")
+
+
+def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
+    """The kinfer extension `tool_choice`: "auto", "none", "required", or a function named as OpenAI
+    names it ({"type": "function", "function": {"name": ...}}, or the flat {"name": ...})."""
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        return tool_choice_mode(choice)
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else choice.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("tool_choice: give {'type': 'function', 'function': {'name': ...}}")
+    return name
 
 
 def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, Any]:
@@ -184,6 +210,7 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
         keep_alive=keep_alive_seconds(body.keep_alive),
         num_ctx=body.options.num_ctx,
         truncation="error" if body.truncate is False else "drop_oldest",
+        response_format=response_format(body.format),
         dialect="ollama",
         request_id=request_id,
         strict_capabilities=True,  # Ollama refuses thinking or tools the model cannot serve
@@ -191,10 +218,9 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
 
 
 def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
-    check_format(body.format, None)
     messages = []
     for m in body.messages:
-        check_format(None, m.images)
+        check_images(m.images)
         calls = tuple(
             ToolCall(
                 id=c.id or f"call_{uuid.uuid4().hex[:24]}",
@@ -216,11 +242,18 @@ def to_chat_request(body: ChatBody, request_id: str) -> ChatRequest:
     tools = tuple(
         ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in body.tools or ()
     )
-    return ChatRequest(messages=tuple(messages), tools=tools, **common_fields(body, request_id))
+    choice = tool_choice_name(body.tool_choice)
+    return ChatRequest(
+        messages=tuple(messages),
+        tools=() if choice == "none" else tools,
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        **common_fields(body, request_id),
+    )
 
 
 def to_generate_request(body: GenerateBody, request_id: str) -> ChatRequest:
-    check_format(body.format, body.images)
+    check_images(body.images)
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
     common = common_fields(body, request_id)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import ChatRequest, Message, Sampling, ToolCall, ToolSpec
+from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ToolCall, ToolSpec
 from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,18 @@ class SamplingFields(WireModel):
             raise InvalidRequest("logprobs: not supported by kinfer")
 
 
+class JsonSchemaFormat(WireModel):
+    name: str = ""
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class WireResponseFormat(WireModel):
+    type: str = "text"
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatCompletionRequest(SamplingFields):
     model: str = ""
     messages: list[WireMessage]
@@ -106,9 +118,10 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[WireTool] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # None: allowed, as OpenAI's default
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: WireResponseFormat | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -214,10 +227,22 @@ def think_from(effort: str | None, template_kwargs: dict[str, Any] | None) -> tu
     return True, EFFORT_LEVELS[effort]
 
 
+def response_format(wire: WireResponseFormat | None) -> ResponseFormat | None:
+    """`response_format`: text (no constraint), a JSON object, or JSON valid against a schema."""
+    if wire is None or wire.type == "text":
+        return None
+    if wire.type == "json_object":
+        return ResponseFormat("json_object")
+    if wire.type != "json_schema":
+        raise InvalidRequest("response_format.type must be 'text', 'json_object' or 'json_schema'")
+    spec = wire.json_schema
+    if spec is None or spec.schema_ is None:
+        raise InvalidRequest("response_format.json_schema.schema: required for type 'json_schema'")
+    return ResponseFormat("json_schema", spec.schema_, name=spec.name, strict=bool(spec.strict))
+
+
 def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
     wire.check_common()
-    if wire.response_format and wire.response_format.get("type") not in (None, "text"):
-        raise InvalidRequest("response_format: only 'text' is supported")
     think, level = think_from(wire.reasoning_effort, wire.chat_template_kwargs)
     tools = to_tools(wire.tools)
     choice = tool_choice_name(wire.tool_choice)
@@ -226,6 +251,8 @@ def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
         messages=to_messages(wire.messages),
         tools=() if choice == "none" else tools,
         tool_choice=choice,
+        parallel_tool_calls=wire.parallel_tool_calls is not False,
+        response_format=response_format(wire.response_format),
         sampling=wire.sampling(),
         max_tokens=wire.max_completion_tokens or wire.max_tokens,
         stop=wire.stops(),

@@ -35,7 +35,15 @@ from kinfer.server.responses_render import (
 )
 from kinfer.server.responses_store import ResponseStore, StoredResponse
 from kinfer.server.responses_tools import ToolSet, to_tools, warn_dropped
-from kinfer.server.responses_wire import InputItem, ResponsesBody, think_from, to_messages, tool_choice_name
+from kinfer.server.responses_wire import (
+    InputItem,
+    ResponsesBody,
+    response_format,
+    text_json,
+    think_from,
+    to_messages,
+    tool_choice_name,
+)
 from kinfer.server.streaming import sse, streaming_response
 from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
 
@@ -91,9 +99,6 @@ def to_request(
     """The internal request, and the conversation without instructions (what a follow-up continues).
 
     `items`: the input with its `item_reference`s resolved; `tools`: what `wire.tools` became."""
-    text_format = (wire.text or {}).get("format") or {}
-    if text_format.get("type") not in (None, "text"):
-        raise InvalidRequest("text.format: only 'text' is supported; structured output is not served yet")
     history = previous_conversation(wire.previous_response_id)
     names = {call.id: call.name for m in history for call in m.tool_calls}
     conversation = history + tuple(to_messages(items, names))
@@ -105,6 +110,8 @@ def to_request(
         messages=system + conversation,
         tools=() if choice == "none" else tools.specs,
         tool_choice=choice,
+        parallel_tool_calls=wire.parallel_tool_calls,
+        response_format=response_format(wire.text),
         sampling=wire.sampling(),
         max_tokens=wire.max_output_tokens,
         think=think,
@@ -129,6 +136,7 @@ def context_of(wire: ResponsesBody, response_id: str, model: str, tools: ToolSet
         tools=tools.echo,
         tool_choice=wire.tool_choice if wire.tool_choice is not None else "auto",
         parallel_tool_calls=wire.parallel_tool_calls,
+        text=text_json(wire.text),
         temperature=wire.temperature,
         top_p=wire.top_p,
         max_output_tokens=wire.max_output_tokens,

@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kinfer.protocol import Delta, Done, Event, ToolCallEvent, Usage
@@ -45,6 +45,7 @@ class ResponseContext:
     metadata: dict[str, Any]
     user: str | None = None
     truncation: str = "disabled"
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
 
 
 def usage_json(usage: Usage, reasoning_tokens: int) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def response_json(
         "reasoning": ctx.reasoning,
         "store": ctx.store,
         "temperature": ctx.temperature,
-        "text": {"format": {"type": "text"}},
+        "text": ctx.text,
         "tool_choice": ctx.tool_choice,
         "tools": list(ctx.tools),
         "top_p": ctx.top_p,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import Message, Sampling, ThinkLevel, ToolCall
+from kinfer.protocol import Message, ResponseFormat, Sampling, ThinkLevel, ToolCall
 from kinfer.server.responses_tools import flat_name
 from kinfer.server.wire import WireModel, loads_arguments, tool_choice_mode
 
@@ -73,6 +73,22 @@ class WireTool(WireModel):
     tools: list[WireTool] | None = None
 
 
+class TextFormat(WireModel):
+    """`text.format`: {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema", name, schema,
+    strict}."""
+
+    type: str = "text"
+    name: str = ""
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(WireModel):
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
 class Reasoning(WireModel):
     effort: str | None = None
     summary: str | None = None
@@ -94,7 +110,7 @@ class ResponsesBody(WireModel):
     previous_response_id: str | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
-    text: dict[str, Any] | None = None
+    text: TextConfig | None = None
     # "auto": drop the oldest input items (never the instructions) until the input fits
     truncation: Literal["auto", "disabled"] | None = "disabled"
 
@@ -208,6 +224,31 @@ def tool_choice_name(choice: str | dict[str, Any] | None) -> str:
     if choice.get("type") == "allowed_tools":
         return str(choice.get("mode") or "auto")
     raise InvalidRequest("tool_choice: give {'type': 'function', 'name': ...}")
+
+
+def response_format(text: TextConfig | None) -> ResponseFormat | None:
+    """`text.format` as the internal response format (None: free text)."""
+    fmt = text.format if text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return ResponseFormat("json_object")
+    if fmt.type != "json_schema":
+        raise InvalidRequest("text.format.type must be 'text', 'json_object' or 'json_schema'")
+    if fmt.schema_ is None:
+        raise InvalidRequest("text.format.schema: required for type 'json_schema'")
+    return ResponseFormat("json_schema", fmt.schema_, name=fmt.name, strict=bool(fmt.strict))
+
+
+def text_json(text: TextConfig | None) -> dict[str, Any]:
+    """`text` as the response object echoes it."""
+    fmt = text.format if text is not None and text.format is not None else TextFormat()
+    echoed: dict[str, Any] = {"type": fmt.type}
+    if fmt.type == "json_schema":
+        echoed.update(name=fmt.name, schema=fmt.schema_, strict=bool(fmt.strict))
+        if fmt.description is not None:
+            echoed["description"] = fmt.description
+    return {"format": echoed}
 
 
 def think_from(reasoning: Reasoning | None) -> tuple[bool | None, ThinkLevel | None]:

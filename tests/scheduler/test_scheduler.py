@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from kinfer.config import Settings
+from kinfer.engines.base import JobUpdate
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, ModelNotFound, PromptTooLong
 from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Message
 from kinfer.scheduler import Scheduler
+from kinfer.scheduler.stream import RequestStream
 from tests.scripted_engine import ScriptedEngine
 
 pytestmark = pytest.mark.asyncio
@@ -278,3 +280,13 @@ async def test_a_request_waiting_too_long_for_a_row_is_refused_busy():
     assert isinstance(events[-1], ErrorEvent) and isinstance(events[-1].error, Busy)
     hog.cancel()
     await scheduler.close()
+
+
+async def test_a_row_the_engine_ends_with_a_reason_fails_its_request_with_that_reason():
+    # a constrained row whose grammar cannot go on: the client gets an error, not a quiet "stop"
+    stream = RequestStream(ask("hi"), "job", "alpha", on_cancel=lambda _: None)
+    stream.on_update(JobUpdate("job", finish="error", error="the grammar allows no next token"))
+    events = [e async for e in stream.events()]
+    assert isinstance(events[-1], ErrorEvent) and isinstance(events[-1].error, EngineFailure)
+    assert "grammar allows no next token" in str(events[-1].error)
+    assert stream.finish == "error"

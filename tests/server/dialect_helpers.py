@@ -62,7 +62,7 @@ def read_sse(text: str) -> list[tuple[str | None, dict]]:
         for line in block.splitlines():
             if line.startswith("event: "):
                 name = line.removeprefix("event: ")
-            elif line.startswith("data: "):
+            elif line.startswith("data: ") and line != "data: [DONE]":
                 data = json.loads(line.removeprefix("data: "))
         if data is not None:
             events.append((name, data))

@@ -68,23 +68,16 @@ ROUTES: dict[str, tuple[type[WireModel], dict[str, Any]]] = {
 
 # (route, refused field) -> what to add to the route's body to ask for the refused feature
 REFUSED: dict[tuple[str, str], dict[str, Any]] = {
-    ("POST /v1/chat/completions", "response_format"): {"response_format": {"type": "json_object"}},
     ("POST /v1/chat/completions", "n"): {"n": 2},
     ("POST /v1/chat/completions", "logprobs"): {"logprobs": True},
     ("POST /v1/completions", "suffix"): {"suffix": "end"},
     ("POST /v1/completions", "n"): {"n": 3},
     ("POST /v1/completions", "logprobs"): {"logprobs": True},
-    ("POST /api/chat", "format"): {"format": "json"},
     ("POST /api/chat", "messages.images"): {
         "messages": [{"role": "user", "content": "Hi.", "images": ["aGk="]}]
     },
     ("POST /api/generate", "suffix"): {"suffix": "end"},
     ("POST /api/generate", "images"): {"images": ["aGk="]},
-    ("POST /api/generate", "format"): {"format": {"type": "object"}},
-    ("POST /v1/messages", "output_config.format"): {
-        "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}
-    },
-    ("POST /v1/responses", "text"): {"text": {"format": {"type": "json_object"}}},
 }
 
 

@@ -172,13 +172,6 @@ def test_an_image_part_is_a_400(scripted):
     assert "text-only" in caught.value.body["message"]
 
 
-def test_structured_output_is_refused_rather_than_ignored(scripted):
-    schema = {"type": "json_schema", "name": "x", "schema": {"type": "object"}}
-    with scripted(lambda prompt: "ok") as s, pytest.raises(openai.BadRequestError) as caught:
-        client(s.url).responses.create(model="smollm2", input="Hi.", text={"format": schema})
-    assert "text.format" in caught.value.body["message"]
-
-
 def test_an_engine_fault_mid_reply_fails_the_response_in_stream(scripted):
     with scripted(lambda prompt: "FAIL now", engine={"fail_on": "FAIL"}) as s:
         body = {"model": "smollm2", "input": "Hi.", "stream": True}

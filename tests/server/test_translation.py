@@ -113,15 +113,6 @@ def test_thinking_and_effort_map_to_think_mode(thinking, effort, think, level):
     assert (request.think, request.think_level) == (think, level)
 
 
-def test_structured_output_is_refused_rather_than_ignored():
-    body = anthropic(
-        messages=[{"role": "user", "content": "hi"}],
-        output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}},
-    )
-    with pytest.raises(InvalidRequest, match="structured output"):
-        anthropic_request(body, "m")
-
-
 def test_stop_sequences_become_the_requests_stop_strings():
     body = anthropic(messages=[{"role": "user", "content": "hi"}], stop_sequences=["END", "", "STOP"])
     assert anthropic_request(body, "m").stop == ("END", "STOP")

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kinfer.constrain.runtime import GrammarVocab, MaskTable, RowGrammar
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
+from kinfer.engines.llama.grammar import grammar_vocab
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.sizing import SizePlan, plan_size
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
@@ -40,6 +42,7 @@ class _Row:
         "checkpoints",
         "decoder",
         "generated",
+        "grammar",
         "job",
         "matcher",
         "order",
@@ -62,6 +65,7 @@ class _Row:
         self.decoder = Utf8Decoder()
         self.matcher = StopStringMatcher(job.stop)
         self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
+        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
 
     @property
     def prefilling(self) -> bool:
@@ -169,6 +173,8 @@ class LlamaEngine:
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
         self._closed = False
+        self._grammar: GrammarVocab | None = None  # built with the first constrained job
+        self._masks: MaskTable | None = None
         self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         log.info(
             "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
@@ -249,11 +255,13 @@ class LlamaEngine:
             )
         if not self._free_seqs:
             raise Busy("no free row", retry_after=1.0)
+        grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
         # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
         # streams), so keep the busy ids packed at the bottom
         seq = heapq.heappop(self._free_seqs)
         sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
         row = _Row(seq, job, self._submitted, sampler)
+        row.grammar = grammar
         self._submitted += 1
         if self._pool is not None:
             row.reused = self._pool.adopt(seq, job.prompt)
@@ -288,7 +296,12 @@ class LlamaEngine:
         if generating:
             batch.clear()
             at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
-            if self._decode(generating, changed):
+            # constrained rows' masks are computed on another thread while llama_decode runs
+            self._prefetch_masks(generating)
+            decoded = self._decode(generating, changed)
+            if self._masks is not None:
+                self._masks.wait()
+            if decoded:
                 for row, index in zip(generating, at, strict=True):
                     row.tokens.append(row.pending)
                     row.pending = None
@@ -360,19 +373,56 @@ class LlamaEngine:
         return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
 
     def _sample(self, row: _Row, index: int) -> JobUpdate:
+        grammar = row.grammar
+        if grammar is not None and not self._mask_logits(row, grammar, index):
+            return self._finish(row, "error", flush=True, error=grammar.error)
         token = native.sampler_sample(row.sampler, self._ctx, index)
         row.generated += 1
         self._counters["generated"] += 1
+        piece = self._vocab.piece(token)
+        if grammar is not None:
+            grammar.accept(token, piece)
         if self._vocab.is_eog(token) and not row.job.ignore_eos:
             return self._finish(row, "stop", new_tokens=1, flush=True)
-        scan = row.matcher.feed(row.decoder.feed(self._vocab.piece(token)))
+        scan = row.matcher.feed(row.decoder.feed(piece))
         if scan.matched is not None:
             return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched)
+        if grammar is not None and grammar.ended:
+            # the grammar is complete (or the reply left it): nothing more may follow
+            reason: FinishReason = "error" if grammar.error else "stop"
+            return self._finish(row, reason, text=scan.text, new_tokens=1, flush=True, error=grammar.error)
         if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
             # no more tokens asked for, or no cell left to feed this one back in: the row is full
             return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
         row.pending = token
         return self._update(row, text=scan.text, new_tokens=1)
+
+    # ---- constrained rows ---------------------------------------------------------------------
+
+    def _grammar_vocab(self) -> GrammarVocab:
+        if self._grammar is None:
+            self._grammar = grammar_vocab(self._vocab)
+            self._masks = MaskTable(self.plan.rows, self._grammar, unpack=True)
+        return self._grammar
+
+    def _prefetch_masks(self, rows: list[_Row]) -> None:
+        if self._masks is not None:
+            self._masks.prefetch([(r.seq, r.grammar) for r in rows if r.grammar is not None])
+
+    def _mask_logits(self, row: _Row, grammar: RowGrammar, index: int) -> bool:
+        """Forbid the tokens the row's grammar forbids, on llama.cpp's own logits for `index`. False
+        when the grammar allows nothing at all (a dead end)."""
+        masks = self._masks
+        assert masks is not None
+        if not (grammar.active or grammar.blocks_eos):
+            return True
+        if row.pending is None and row.generated == 0:
+            masks.fill([(row.seq, grammar)])  # the first token, sampled after the prompt: not prefetched
+        if masks.dead_end(row.seq, grammar):
+            return False
+        logits = native.row_logits(self._ctx, index, self._vocab.n_tokens)
+        np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
+        return True
 
     def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
         return JobUpdate(
@@ -392,6 +442,7 @@ class LlamaEngine:
         new_tokens: int = 0,
         flush: bool = False,
         stop_string: str | None = None,
+        error: str | None = None,
     ) -> JobUpdate:
         """Free the row (keeping a copy in the pool) and build its final update."""
         if flush:
@@ -414,6 +465,7 @@ class LlamaEngine:
             reused_tokens=row.reused,
             finish=reason,
             stop_string=stop_string,
+            error=error if reason == "error" else None,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------
@@ -446,6 +498,8 @@ class LlamaEngine:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if getattr(self, "_masks", None) is not None:
+            self._masks.close()
         for row in getattr(self, "_rows", {}).values():
             native.free_sampler(row.sampler)
         self._rows = {}

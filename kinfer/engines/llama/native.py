@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as lib
+import numpy as np
 
 from kinfer.errors import EngineFailure
 from kinfer.protocol import Sampling
@@ -214,6 +215,31 @@ class Vocab:
     def is_eog(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_eog(self._vocab, token))
 
+    def eog_tokens(self) -> list[int]:
+        """Every token that ends a generation (EOS, EOT, <|im_end|>, ...)."""
+        return [t for t in range(self.n_tokens) if lib.llama_vocab_is_eog(self._vocab, t)]
+
+    def grammar_pieces(self) -> list[bytes]:
+        """Each token's bytes as a grammar engine reads them: control tokens (which never spell text)
+        as b"\\xff" + their name, every other token as the bytes it adds to the text."""
+        buf = ctypes.create_string_buffer(1024)
+        pieces = []
+        for token in range(self.n_tokens):
+            n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lib.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+            piece = buf.raw[:n]
+            if lib.llama_vocab_get_attr(self._vocab, token) & lib.LLAMA_TOKEN_ATTR_CONTROL:
+                piece = b"\xff" + piece
+            pieces.append(piece)
+        return pieces
+
+    @property
+    def pointer(self) -> int:
+        """The llama_vocab pointer (for llguidance's tokenizer, which calls llama_tokenize itself)."""
+        return self._vocab
+
 
 class TokenBatch:
     """One reusable `llama_batch`: each token belongs to one sequence."""
@@ -309,6 +335,20 @@ def sampler_sample(chain: int, ctx: int, index: int) -> int:
 
 def free_sampler(chain: int) -> None:
     lib.llama_sampler_free(chain)
+
+
+def row_logits(ctx: int, index: int, n_vocab: int) -> np.ndarray:
+    """The logits at batch index `index` as a writable numpy view of llama.cpp's own buffer: what is
+    written here is what the sampler reads next (`sampler_sample` reads the same buffer)."""
+    pointer = lib.llama_get_logits_ith(ctx, index)
+    if not pointer:
+        raise EngineFailure(f"llama.cpp has no logits at batch index {index}")
+    return np.ctypeslib.as_array(pointer, shape=(n_vocab,))
+
+
+def tokenize_function() -> int:
+    """The address of llama_tokenize in libllama (llguidance tokenizes through it)."""
+    return int(ctypes.cast(lib.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value or 0)
 
 
 # ---- per-sequence memory (KV cells, or recurrent states) --------------------------------------

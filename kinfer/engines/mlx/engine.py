@@ -22,10 +22,12 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.mlx import blas, fuse
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
+from kinfer.engines.mlx.grammar import grammar_vocab
 from kinfer.engines.mlx.kv import (
     BLOCK,
     BlockAllocator,
@@ -37,7 +39,7 @@ from kinfer.engines.mlx.kv import (
 from kinfer.engines.mlx.model import load_weights, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.rows import Row, StepBatch
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, needs_penalties, sample
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
@@ -142,6 +144,8 @@ class MlxEngine:
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._grammar: GrammarVocab | None = None  # built with the first constrained job
+        self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         if self_check:
             self._self_check()
@@ -205,8 +209,10 @@ class MlxEngine:
             slot = self._slots.index(None)
         except ValueError:
             raise Busy("no free row", retry_after=1.0) from None
+        grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
         self._order += 1
         row = Row(slot, job, self._order, self.plan.ctx, self._tokenizer.piece)
+        row.grammar = grammar
         self._slots[slot] = row
         self._rows[job.job_id] = row
         for layer in self._layers:
@@ -287,7 +293,7 @@ class MlxEngine:
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
-        tokens = self._decode(decoding) if decoding else None
+        tokens = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         for length, group in self._plan_prefill(filling):
             processed += self._prefill(group, length)
@@ -304,7 +310,7 @@ class MlxEngine:
         self._counts["last"] = processed
         return (tokens, decoding) if tokens is not None else None
 
-    def _decode(self, rows: list[Row]) -> mx.array:
+    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
         batch = self._batch
         plan = batch.plan(rows)
         for row in rows:
@@ -312,6 +318,8 @@ class MlxEngine:
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        if any(row.grammar is not None for row in rows):
+            logits = self._constrain(logits, rows, updates)
         history = None
         if plan.sampling.penalties and self._history is not None:
             history = self._history if plan.state_rows is None else self._history[plan.state_rows]
@@ -326,6 +334,42 @@ class MlxEngine:
                 self._history[plan.state_rows] = updated
         batch.dispatched(rows, tokens)
         return tokens
+
+    # ---- constrained rows ---------------------------------------------------------------------
+
+    def _grammar_vocab(self) -> GrammarVocab:
+        if self._grammar is None:
+            self._grammar = grammar_vocab(self._tokenizer, self._batch.vocab, self._eos)
+            self._masks = MaskTable(self.plan.rows, self._grammar)
+        return self._grammar
+
+    def _constrain(self, logits: mx.array, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
+        """Mask the constrained rows' logits. Their grammars need the previous step's tokens, so that
+        step is read back first, while the device runs this step's forward pass, and the masks are
+        computed meanwhile too. A row ended by that read (or by a dead end) keeps its place in the
+        batch; its token is dropped."""
+        if self._inflight is not None:
+            mx.async_eval(logits)
+            updates.extend(self._collect(*self._inflight))
+            self._inflight = None
+        masks = self._masks
+        assert masks is not None
+        masked = [
+            (i, row)
+            for i, row in enumerate(rows)
+            if row.grammar is not None and not row.done and (row.grammar.active or row.grammar.blocks_eos)
+        ]
+        if not masked:
+            return logits
+        masks.fill([(row.slot, row.grammar) for _, row in masked])
+        words = np.full((len(rows), masks.words.shape[1]), -1, dtype=np.int32)
+        for i, row in masked:
+            if masks.dead_end(row.slot, row.grammar):
+                updates.append(row.dead_end())
+                self._release(row, save=False)
+            else:
+                words[i] = masks.words[row.slot]
+        return mask_logits(logits, mx.array(words))
 
     def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
         """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""

@@ -8,11 +8,12 @@ flight included), `sampled` (tokens drawn, in flight included) and `generated` (
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 import numpy as np
 
+from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
@@ -31,6 +32,7 @@ class Row:
         "done",
         "fed",
         "generated",
+        "grammar",
         "job",
         "matcher",
         "order",
@@ -65,6 +67,7 @@ class Row:
         self.decoder = Utf8Decoder()
         self.matcher = StopStringMatcher(job.stop)
         self.checkpoints = sorted({c for c in job.checkpoints if 0 < c < self.prompt_len})
+        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
 
     @property
     def ready(self) -> bool:
@@ -88,24 +91,38 @@ class Row:
         """Take one sampled token read back from the device."""
         self.generated += 1
         self.tokens.append(token)
+        piece = self.piece(token)
+        grammar = self.grammar
+        if grammar is not None:
+            grammar.accept(token, piece)
         if token in eos and not self.job.ignore_eos:
             return self._drain("", "stop")
-        scan = self.matcher.feed(self.decoder.feed(self.piece(token)))
+        scan = self.matcher.feed(self.decoder.feed(piece))
         if scan.matched is not None:
             return self._update(scan.text, "stop", scan.matched)
+        if grammar is not None and grammar.ended:
+            # the grammar is complete (or the reply left it): nothing more may follow
+            return self._drain(scan.text, "error" if grammar.error else "stop", grammar.error)
         if not self.can_feed and self.sampled == self.generated:
             return self._drain(scan.text, "length")  # max_tokens, or the row is full
         return self._update(scan.text, None)
 
-    def _drain(self, text: str, finish: FinishReason) -> JobUpdate:
+    def dead_end(self) -> JobUpdate:
+        """The final update of a row whose grammar cannot go on."""
+        error = self.grammar.error if self.grammar is not None else None
+        return replace(self._drain("", "error", error or "the grammar cannot go on"), new_tokens=0)
+
+    def _drain(self, text: str, finish: FinishReason, error: str | None = None) -> JobUpdate:
         """The final update of a reply that ends for another reason than a stop string: everything held
         back is released (unless the last undecoded bytes complete a stop string after all)."""
         tail = self.matcher.feed(self.decoder.flush())
         if tail.matched is not None:
             return self._update(text + tail.text, "stop", tail.matched)
-        return self._update(text + tail.text + self.matcher.flush(), finish)
+        return self._update(text + tail.text + self.matcher.flush(), finish, error=error)
 
-    def _update(self, text: str, finish: FinishReason | None, stop_string: str | None = None) -> JobUpdate:
+    def _update(
+        self, text: str, finish: FinishReason | None, stop_string: str | None = None, error: str | None = None
+    ) -> JobUpdate:
         return JobUpdate(
             self.job.job_id,
             text=text,
@@ -114,6 +131,7 @@ class Row:
             reused_tokens=self.reused,
             finish=finish,
             stop_string=stop_string,
+            error=error if finish == "error" else None,
         )
 
 
@@ -190,6 +208,8 @@ class StepBatch:
 
     def dispatched(self, rows: list[Row], tokens: mx.array) -> None:
         for i, row in enumerate(rows):
+            if row.done:  # ended while this step was built (a constrained step reads the last one first)
+                continue
             row.src = i
             row.fed += 1
             row.sampled += 1

@@ -96,6 +96,14 @@ def sample(
     return mx.where(batch.greedy, greedy_tokens, _draw(logits.astype(mx.float32), batch, counters))
 
 
+def mask_logits(logits: mx.array, words: mx.array) -> mx.array:
+    """Tokens a row's grammar forbids set to -inf. words [B, W] int32: bit t % 32 of word t // 32 set =
+    token t allowed (llguidance's bitmask); a row of all ones (-1) is unconstrained."""
+    token = mx.arange(logits.shape[-1], dtype=mx.int32)
+    bits = mx.right_shift(mx.take(words, token // 32, axis=1), token % 32) & 1
+    return mx.where(bits.astype(mx.bool_), logits, -mx.inf)
+
+
 def _penalize(logits: mx.array, history: mx.array, batch: SamplingBatch) -> mx.array:
     b, n = history.shape
     recent = mx.arange(n)[None, :] >= (n - batch.window[:, None])

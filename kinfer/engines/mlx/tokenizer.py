@@ -92,6 +92,14 @@ class MlxTokenizer:
     def token_id(self, text: str) -> int | None:
         return self._tok.token_to_id(text)
 
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of `text` alone (no BOS)."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def special_ids(self) -> list[int]:
+        """Added tokens marked special (control tokens that never spell text in a reply)."""
+        return sorted(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+
     # ---- setup --------------------------------------------------------------------------
 
     def _detect_adds_bos(self) -> bool:

@@ -7,11 +7,9 @@ activations. In float32 both compute the same function.)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from kinfer.testing.smollm_f32 import SmolF32, build_smollm_f32
+from kinfer.testing.smollm_f32 import SmolF32
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, run_jobs
 
@@ -22,11 +20,6 @@ PROMPTS = (
     chat("Write a short story about a cat who learns to bake bread.", system="You are a helpful assistant."),
 )
 TOKENS = 40
-
-
-@pytest.fixture(scope="session")
-def smollm_f32(smollm2_gguf: Path) -> SmolF32:
-    return build_smollm_f32(smollm2_gguf)
 
 
 @pytest.fixture(scope="module")
