@@ -19,7 +19,7 @@ from pydantic import Field
 from kinfer.chat.volatile import strip_volatile_headers
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ThinkLevel, ToolCall, ToolSpec
-from kinfer.server.wire import WireModel
+from kinfer.server.wire import WireModel, warn_dropped_tool
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
     tools = []
     for tool in wire or ():
         if tool.type not in (None, "custom"):
-            log.info("dropping tool %r of type %r: only client tools are served", tool.name, tool.type)
+            warn_dropped_tool("anthropic", str(tool.type))
             continue
         tools.append(ToolSpec(tool.name, tool.description, tool.input_schema or {"type": "object"}))
     return tuple(tools)

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ToolCall, ToolSpec
-from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode
+from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode, warn_dropped_tool
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def to_tools(wire: list[WireTool] | None) -> tuple[ToolSpec, ...]:
     tools = []
     for tool in wire or ():
         if tool.type != "function" or tool.function is None:
-            log.info("dropping tool of type %r: only function tools are served", tool.type)
+            warn_dropped_tool("openai", str(tool.type))
             continue
         f = tool.function
         tools.append(ToolSpec(name=f.name, description=f.description, parameters=f.parameters))

@@ -59,6 +59,23 @@ class FunctionDef(WireModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
+# (dialect, tool type) pairs already warned about: an agent sends the same hosted tools every turn
+_dropped_tools_warned: set[tuple[str, str]] = set()
+
+
+def warn_dropped_tool(dialect: str, kind: str) -> None:
+    """Say once per dialect and tool type, not once per request, that a tool kinfer cannot run is dropped."""
+    if (dialect, kind) in _dropped_tools_warned:
+        return
+    _dropped_tools_warned.add((dialect, kind))
+    log.warning(
+        "%s: dropping %r tools: kinfer runs client function tools only (logged once; later ones are "
+        "dropped silently)",
+        dialect,
+        kind,
+    )
+
+
 def tool_choice_mode(choice: str) -> str:
     """A tool_choice given as a string (both OpenAI dialects): 'auto', 'none' or 'required'."""
     if choice not in ("auto", "none", "required"):

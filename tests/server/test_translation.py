@@ -253,3 +253,29 @@ def test_namespace_tools_become_flat_named_functions_that_split_back():
     )
     (message,) = responses_messages(replayed.input, {})
     assert message.tool_calls == (ToolCall("c", "mcp__docs__search", {}),)
+
+
+def test_a_hosted_tool_is_dropped_with_one_warning_per_dialect_and_type(caplog, monkeypatch) -> None:
+    # an agent sends the same hosted tools every turn: the operator hears of each kind once
+    from kinfer.server import openai_wire, wire
+
+    monkeypatch.setattr(wire, "_dropped_tools_warned", set())
+    anthropic_body = {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [
+            {"type": "web_search_20250305", "name": "web_search"},
+            {"name": "Bash", "input_schema": {"type": "object"}},
+        ],
+    }
+    openai_tools = [openai_wire.WireTool(type="web_search_preview")]
+    with caplog.at_level("INFO", logger="kinfer.server.wire"):
+        for _ in range(3):
+            request = anthropic_request(parse_wire(MessagesBody, anthropic_body), "msg_1")
+            assert [t.name for t in request.tools] == ["Bash"]
+            assert openai_wire.to_tools(openai_tools) == ()
+    warned = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+    assert len(warned) == 2
+    assert "'web_search_20250305'" in warned[0] and warned[0].startswith("anthropic")
+    assert "'web_search_preview'" in warned[1] and warned[1].startswith("openai")
