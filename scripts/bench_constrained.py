@@ -182,9 +182,11 @@ def http_run(url: str, label: str, rows: int, tokens: int, body_for) -> Run:
 def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
     from kinfer.bench.servers import free_port, start_kinfer, wait_ready
 
+    model = {"kinfer": gguf.stem, "llama-server": "bench"}  # kinfer serves the GGUF under its file name
+
     def body(i: int, constrained: bool, server: str) -> dict:
         fields = {
-            "model": "bench",
+            "model": model[server],
             "messages": [{"role": "user", "content": question(i)}],
             "temperature": 0,
             "max_tokens": args.tokens,
