@@ -17,6 +17,7 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,6 +26,7 @@ import numpy as np
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx.check import self_check as self_check_layers
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -36,13 +38,14 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.model import load_weights, read_model_directory
+from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.rows import Row, StepBatch
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, mask_logits, needs_penalties, sample
+from kinfer.engines.mlx.sampling import mask_logits, needs_penalties, sample, with_history
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,9 @@ log = logging.getLogger(__name__)
 class MlxEngine:
     """A model directory served by MLX (the `Engine` protocol).
 
-    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
-    cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
+    cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic). step_budget_ms:
+    the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
@@ -69,6 +73,7 @@ class MlxEngine:
         prefix_cache: bool = True,
         cache_limit_gb: float = 4.0,
         prefill_chunk: int = 0,
+        step_budget_ms: float = 0.0,
         self_check: bool = True,
         fused_decode: bool = True,
         gated_delta: bool = True,
@@ -135,20 +140,20 @@ class MlxEngine:
             if prefix_cache
             else None
         )
-        self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
+        self._batch = StepBatch(self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size))
         self._grow(self.plan.initial_blocks)
-        # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
-        self._history: mx.array | None = None
+        self._history: mx.array | None = None  # recent tokens of every row, once a request uses penalties
         self._rows: dict[str, Row] = {}
         self._slots: list[Row | None] = [None] * self.plan.rows
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._clock = StepClock(PrefillBudget(step_budget_ms, self.plan.prefill_chunk))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
-        if self_check:
-            self._self_check()
+        if self_check:  # at load, not as wrong text later (check.py)
+            self_check_layers(self)
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -221,25 +226,26 @@ class MlxEngine:
         if self._pool is not None:
             self._adopt(row)
         if needs_penalties(job.sampling):
-            self._init_history(row)
+            self._history = with_history(self._history, self.plan.rows, row.slot, job.prompt)
         self._batch.changed()
         return row.reused
 
     def cancel(self, job_id: str) -> None:
         row = self._rows.get(job_id)
-        if row is None:
-            return
-        self._release(row, save=False)
-        self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
+        if row is not None:
+            self._release(row, save=False)
+            self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
+        read_back = self._inflight is not None
         try:
-            dispatched = self._dispatch(updates)
+            dispatched, prefill = self._dispatch(updates)
             if self._inflight is not None:
                 updates.extend(self._collect(*self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=prefill)
         self._inflight = dispatched
         self._counts["steps"] += 1
         return updates
@@ -288,27 +294,31 @@ class MlxEngine:
 
     # ---- one step -------------------------------------------------------------------------
 
-    def _dispatch(self, updates: list[JobUpdate]) -> tuple[mx.array, list[Row]] | None:
-        """Build this step's passes and start them on the device; returns the decode pass's tokens."""
+    def _dispatch(self, updates: list[JobUpdate]) -> tuple[tuple[mx.array, list[Row]] | None, int]:
+        """Start this step's passes on the device; returns the decode pass's tokens, prompt tokens."""
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
         tokens = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
-        for length, group in self._plan_prefill(filling):
+        for length, group in self._plan_prefill(filling, decoding=bool(decoding)):
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
         if tokens is None and processed == 0:
-            return None
-        outputs = [layer_array for layer in self._layers for layer_array in _arrays(layer)]
+            return None, 0
+        outputs = [
+            array
+            for layer in self._layers
+            for array in (layer.arrays() if isinstance(layer, PagedLayer) else layer.live())
+        ]
         if tokens is not None:
             outputs.append(tokens)
         if self._history is not None:
             outputs.append(self._history)
         mx.async_eval(outputs)
         self._counts["last"] = processed
-        return (tokens, decoding) if tokens is not None else None
+        return ((tokens, decoding) if tokens is not None else None), processed - len(decoding)
 
     def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
         batch = self._batch
@@ -371,9 +381,10 @@ class MlxEngine:
                 words[i] = masks.words[row.slot]
         return mask_logits(logits, mx.array(words))
 
-    def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
-        """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
-        budget = self.plan.prefill_chunk
+    def _plan_prefill(self, rows: list[Row], *, decoding: bool) -> list[tuple[int, list[Row]]]:
+        """This step's prompt chunks within the token budget (beside decoding rows, the tokens that fit
+        the step's time budget), grouped by chunk length (one pass each)."""
+        room = budget = self._clock.budget.room(self.plan.prefill_chunk, decoding=decoding)
         groups: dict[int, list[Row]] = {}
         for row in rows:
             if budget <= 0:
@@ -381,6 +392,8 @@ class MlxEngine:
             length = min(row.next_chunk(), budget)
             budget -= length
             groups.setdefault(length, []).append(row)
+        if decoding:
+            self._clock.budget.took(room - budget)
         return list(groups.items())
 
     def _prefill(self, rows: list[Row], length: int) -> int:
@@ -484,42 +497,3 @@ class MlxEngine:
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
-
-    def _init_history(self, row: Row) -> None:
-        if self._history is None:
-            self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
-        tail = list(row.job.prompt[-PENALTY_WINDOW_MAX:])
-        padded = [-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail
-        self._history[row.slot] = mx.array(padded, dtype=mx.int32)
-
-    def _model_vocab(self) -> int:
-        from mlx.utils import tree_flatten
-
-        for key, value in tree_flatten(self._model.parameters()):
-            if key.endswith("embed_tokens.weight"):
-                return int(value.shape[0])
-        return self._tokenizer.vocab_size
-
-    # ---- load-time check ----------------------------------------------------------------------
-
-    def _self_check(self) -> None:
-        """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
-
-        An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
-        or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-        producing wrong text later."""
-        from kinfer.engines.mlx.check import check_engine_layers
-
-        try:
-            check_engine_layers(self)
-        except EngineFailure:
-            raise
-        except Exception as exc:
-            arch = self.info.architecture
-            raise EngineFailure(
-                f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
-            ) from exc
-
-
-def _arrays(layer) -> list[mx.array]:
-    return layer.arrays() if isinstance(layer, PagedLayer) else layer.live()

@@ -96,6 +96,16 @@ def sample(
     return mx.where(batch.greedy, greedy_tokens, _draw(logits.astype(mx.float32), batch, counters))
 
 
+def with_history(history: mx.array | None, rows: int, slot: int, prompt: Sequence[int]) -> mx.array:
+    """The [rows, PENALTY_WINDOW_MAX] recent-token table (made on first use) with `slot` set to the
+    tail of `prompt`, padded with -1 (penalties look back over the prompt too)."""
+    if history is None:
+        history = mx.full((rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
+    tail = list(prompt[-PENALTY_WINDOW_MAX:])
+    history[slot] = mx.array([-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail, dtype=mx.int32)
+    return history
+
+
 def mask_logits(logits: mx.array, words: mx.array) -> mx.array:
     """Tokens a row's grammar forbids set to -inf. words [B, W] int32: bit t % 32 of word t // 32 set =
     token t allowed (llguidance's bitmask); a row of all ones (-1) is unconstrained."""
