@@ -98,8 +98,9 @@ def calibrate(url: str, model: str | None) -> PromptSizer:
     return fit_sizer(samples)
 
 
-def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in itertools.pairwise(times)]
+def gap_ends(times: list[float]) -> list[tuple[float, float]]:
+    """(gap, when it ended) between consecutive chunks."""
+    return [(b - a, b) for a, b in itertools.pairwise(times)]
 
 
 def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: PromptSizer, seed: int) -> dict:
@@ -122,11 +123,16 @@ def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: Prompt
     for row in rows:
         row.stop.set()
     window = [
-        g for row in rows for g in gaps([t for t in row.times if arrived - 1 < t <= first + AFTER_FIRST_S])
+        (g, end - arrived)
+        for row in rows
+        for g, end in gap_ends([t for t in row.times if arrived - 1 < t <= first + AFTER_FIRST_S])
     ]
-    before = [g for row in rows for g in gaps([t for t in row.times if t < arrived])]
+    before = [g for row in rows for g, _ in gap_ends([t for t in row.times if t < arrived])]
+    largest = max(window)
     return {
-        "largest_gap_s": round(max(window), 3),
+        "largest_gap_s": round(largest[0], 3),
+        "largest_gap_ends_s": round(largest[1], 3),  # after the long prompt was sent
+        "top_gaps_s": [round(g, 3) for g, _ in sorted(window, reverse=True)[:5]],
         "median_gap_s": round(statistics.median(before), 4),
         "ttft_s": round(first - arrived, 3),
         "prompt_tokens": long.usage.get("prompt_tokens"),

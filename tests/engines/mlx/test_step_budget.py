@@ -18,7 +18,7 @@ def test_beside_a_decoding_row_a_prompt_advances_in_small_chunks_and_alone_in_wh
     tiny_qwen3, make_mlx
 ):
     # a budget no step can keep: every step beside the runner takes the least a prompt may advance
-    engine = make_mlx(tiny_qwen3, rows=2, prefill_chunk=128, step_budget_ms=0.001)
+    engine = make_mlx(tiny_qwen3, rows=2, prefill_chunk=128, step_budget_ms=0.001, prefix_cache=False)
     runner = engine.tokenize(chat(QUESTIONS[0]))
     long_prompt = engine.tokenize(chat(QUESTIONS[3] * 2))
     assert len(long_prompt) > 200
