@@ -82,7 +82,8 @@ class Settings:
     step_budget_ms: float = _setting(
         0.0,
         "both engines: step time aimed at while replies decode; prompt chunks beside them shrink or grow "
-        "with the measured prefill speed to fit it (0: automatic, 2.5 decode steps, at least 50 ms)",
+        "with the measured prefill speed to fit it "
+        "(0: automatic, 2.5 decode steps, at least 50 ms on a GPU, 300 ms on a CPU)",
         group=ENGINE,
     )
 

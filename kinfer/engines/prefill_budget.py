@@ -10,8 +10,12 @@ step prefills at least `MIN_CHUNK` tokens so the prompt always advances. Without
 nobody waits, and the engine's own token cap applies alone.
 
 The budget is `step_budget_ms` (a Setting); 0 picks it from the batch: `AUTO_FACTOR` times the
-measured decode-only step, never under `AUTO_FLOOR_S` (a fast GPU step would otherwise cut prompts
-into chunks too small to run efficiently).
+measured decode-only step, never under a floor. On a GPU the floor is 50 ms (a fast step would
+otherwise cut prompts into chunks too small to run efficiently). On a CPU it is 300 ms: there a
+prompt token costs about what a decode step does (prefill is compute-bound too: 25-75 ms a token of
+the bundled model on one busy core, the longer the prompt the dearer), so a few decode steps' worth
+leaves a long prompt a token or two per step and multiplies its time to first token, while 300 ms
+still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer aims for).
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 AUTO_FACTOR = 2.5  # automatic budget: a step with a prompt chunk takes at most ~2.5 decode steps
-AUTO_FLOOR_S = 0.05  # ... and never less than 50 ms
-# small, because on a slow or busy CPU a prompt token can cost ~30 ms (the bundled model, one thread
-# on a loaded 2-core machine): 8 of them beside the decode pass keep a step near 0.3 s
+AUTO_FLOOR_GPU_S = 0.05  # ... and never less than this on a GPU
+AUTO_FLOOR_CPU_S = 0.3  # ... or on a CPU
+# small, because on a slow or busy CPU a prompt token can cost 25-75 ms (see above)
 FIRST_CHUNK = 8  # prompt tokens before anything is measured (then a chunk grows by GROWTH a step)
-MIN_CHUNK = 8  # a prompt advances at least this much per step, however slow the decode pass
+MIN_CHUNK = 4  # a prompt advances at least this much per step, however slow the decode pass
 GROWTH = 2.0  # a chunk at most doubles from one step to the next
 SMOOTHING = 0.5  # weight of the newest measurement
 
@@ -34,20 +38,27 @@ class PrefillBudget:
 
     `step_ms`: the target step time while rows decode (0: automatic, see the module doc).
     `max_tokens`: the engine's own cap on prompt tokens per step (llama.cpp's n_batch, MLX's chunk).
+    `floor_s`: the least automatic budget (`on` picks it for the device).
     """
 
     step_ms: float
     max_tokens: int
+    floor_s: float = AUTO_FLOOR_GPU_S
     per_token_s: float | None = None  # smoothed seconds per prompt token
     decode_s: float | None = None  # smoothed seconds of a decode pass without prompt chunks
     last_chunk: int = FIRST_CHUNK  # prompt tokens the last step beside decoding rows took
+
+    @classmethod
+    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool) -> PrefillBudget:
+        """The budget of an engine running on a GPU or on the CPU."""
+        return cls(step_ms, max_tokens, AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S)
 
     @property
     def target_s(self) -> float:
         """The step time aimed at while rows decode."""
         if self.step_ms > 0:
             return self.step_ms / 1000.0
-        return max(AUTO_FLOOR_S, AUTO_FACTOR * (self.decode_s or 0.0))
+        return max(self.floor_s, AUTO_FACTOR * (self.decode_s or 0.0))
 
     def room(self, cap: int, decoding: bool, taken: int = 0, spent_s: float | None = None) -> int:
         """Prompt tokens the step's next chunk may take, at most `cap` (the engine's own limit).

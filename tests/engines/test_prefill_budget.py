@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kinfer.engines.prefill_budget import (
-    AUTO_FLOOR_S,
+    AUTO_FLOOR_CPU_S,
+    AUTO_FLOOR_GPU_S,
     FIRST_CHUNK,
     MIN_CHUNK,
     PrefillBudget,
@@ -58,11 +59,20 @@ def test_the_speed_follows_a_prompt_that_grows_slower():
     assert first == 100 and later == pytest.approx(50, abs=2)
 
 
-@pytest.mark.parametrize(("decode_s", "target_s"), [(0.004, AUTO_FLOOR_S), (0.1, 0.25)])
-def test_the_automatic_budget_is_a_few_decode_steps_never_under_the_floor(decode_s, target_s):
-    budget = PrefillBudget(step_ms=0, max_tokens=2048)
+@pytest.mark.parametrize(
+    ("gpu", "decode_s", "target_s"),
+    [(True, 0.004, AUTO_FLOOR_GPU_S), (True, 0.1, 0.25), (False, 0.06, AUTO_FLOOR_CPU_S), (False, 0.2, 0.5)],
+)
+def test_the_automatic_budget_is_a_few_decode_steps_never_under_the_devices_floor(gpu, decode_s, target_s):
+    budget = PrefillBudget.on(0, 2048, gpu=gpu)
     budget.decoded(decode_s)
     assert budget.target_s == pytest.approx(target_s)
+
+
+def test_an_explicit_budget_is_taken_as_given():
+    budget = PrefillBudget.on(80, 2048, gpu=False)
+    budget.decoded(1.0)
+    assert budget.target_s == pytest.approx(0.08)
 
 
 def test_a_step_clock_charges_a_steps_time_past_its_decode_to_the_prompt_tokens_it_dispatched():

@@ -137,7 +137,7 @@ class LlamaEngine:
                 gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
-            self._budget = PrefillBudget(step_budget_ms, plan.n_batch)
+            self._budget = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
         except BaseException:
             self.close()
             raise

@@ -148,7 +148,7 @@ class MlxEngine:
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: tuple[mx.array, list[Row]] | None = None
-        self._clock = StepClock(PrefillBudget(step_budget_ms, self.plan.prefill_chunk))
+        self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
