@@ -183,6 +183,7 @@ def main() -> int:
     trees = [(label, Path(path).resolve()) for label, path in (t.split("=", 1) for t in args.tree)]
     if not trees:
         parser.error("give at least one --tree label=path")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     runs, sizer = [], None
     for round_ in range(args.rounds):
         for label, tree in trees:
@@ -196,7 +197,8 @@ def main() -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         },
-        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "started": started,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "settings": {k: v for k, v in vars(args).items() if k not in ("tree", "json")},
         "runs": runs,
     }
