@@ -215,6 +215,7 @@ def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
     command = [
         str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "-np", str(args.rows), "-c", str(args.ctx * args.rows), "-t", str(args.threads or os.cpu_count()),
+        "-ngl", "999",  # every layer on the GPU where there is one (a CPU build ignores it), as kinfer does
     ]  # fmt: skip
     with open(logs / "llama-server.log", "wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
