@@ -120,7 +120,9 @@ async def chat_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
             message = {"role": "assistant", "content": ""}
             message["thinking" if event.kind == "thinking" else "content"] = event.text
             lp = logprobs_field(stream, event.logprobs) if event.kind == "text" else {}
-            yield ndjson({"model": model, "created_at": now_rfc3339(), "message": message, "done": False, **lp})
+            yield ndjson(
+                {"model": model, "created_at": now_rfc3339(), "message": message, "done": False, **lp}
+            )
         elif isinstance(event, ToolCallEvent):
             message = {
                 "role": "assistant",
@@ -153,7 +155,9 @@ async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[st
             field = "thinking" if event.kind == "thinking" else "response"
             chunk = {"model": model, "created_at": now_rfc3339(), "response": "", "done": False}
             chunk[field] = event.text
-            yield ndjson({**chunk, **(logprobs_field(stream, event.logprobs) if event.kind == "text" else {})})
+            yield ndjson(
+                {**chunk, **(logprobs_field(stream, event.logprobs) if event.kind == "text" else {})}
+            )
         elif isinstance(event, Done):
             yield ndjson(
                 {

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import uuid
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -12,8 +11,8 @@ from pydantic import Field
 from kinfer.chat.go_template import render_go_template
 from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
-from kinfer.server.logprobs_wire import top_count
 from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.server.logprobs_wire import top_count
 from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
 
 # ---- wire schemas ---------------------------------------------------------------------------

@@ -14,10 +14,10 @@ from quart import Blueprint, Response, jsonify
 from kinfer.errors import EngineFailure, KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
-    TokenLogprob,
     Done,
     ErrorEvent,
     FinishReason,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
     Usage,

@@ -18,8 +18,8 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import Message, ResponseFormat, Sampling, ThinkLevel, ToolCall
-from kinfer.server.responses_tools import flat_name
 from kinfer.server.logprobs_wire import top_count
+from kinfer.server.responses_tools import flat_name
 from kinfer.server.wire import WireModel, loads_arguments, tool_choice_mode
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,9 @@ def sampled_replies(server: LiveServer, count: int, **fields) -> list:
     """`count` short sampled chat replies, sent concurrently."""
 
     async def run() -> list:
-        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as aclient:
+        async with openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key="unused", max_retries=0
+        ) as aclient:
             calls = [
                 aclient.chat.completions.create(
                     model="smollm2", messages=ONE_WORD, temperature=1.0, max_tokens=8, logprobs=True, **fields
@@ -78,7 +80,11 @@ def test_a_banned_token_never_appears_in_100_sampled_replies(smol_server: LiveSe
 def test_a_forced_token_is_every_generated_token(client: openai.OpenAI, paris: tuple[int, str]):
     token, text = paris
     reply = client.chat.completions.create(
-        model="smollm2", messages=FRANCE, temperature=1.0, max_tokens=8, logprobs=True,
+        model="smollm2",
+        messages=FRANCE,
+        temperature=1.0,
+        max_tokens=8,
+        logprobs=True,
         logit_bias={str(token): 100},
     )
     content = reply.choices[0].logprobs.content
@@ -102,11 +108,18 @@ def test_chat_logprobs_cover_the_text_greedy_picks_the_top_token_and_streams_agr
 
     chunks = list(
         client.chat.completions.create(
-            model="smollm2", messages=FRANCE, temperature=0, max_tokens=24, logprobs=True, top_logprobs=3,
+            model="smollm2",
+            messages=FRANCE,
+            temperature=0,
+            max_tokens=24,
+            logprobs=True,
+            top_logprobs=3,
             stream=True,
         )
     )
-    streamed = [lp for c in chunks if c.choices and c.choices[0].logprobs for lp in c.choices[0].logprobs.content]
+    streamed = [
+        lp for c in chunks if c.choices and c.choices[0].logprobs for lp in c.choices[0].logprobs.content
+    ]
     assert [(lp.token, lp.logprob) for lp in streamed] == [(lp.token, lp.logprob) for lp in content]
     for c in chunks:  # each chunk's logprobs hold its own text
         if c.choices and c.choices[0].delta.content:
@@ -129,18 +142,28 @@ def test_completions_logprobs_come_in_the_legacy_columns(client: openai.OpenAI):
 
     chunks = list(
         client.completions.create(
-            model="smollm2", prompt="The capital of France is", temperature=0, max_tokens=8, logprobs=2,
+            model="smollm2",
+            prompt="The capital of France is",
+            temperature=0,
+            max_tokens=8,
+            logprobs=2,
             stream=True,
         )
     )
-    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    streamed = [
+        t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens
+    ]
     assert streamed == lp.tokens
 
 
 def test_responses_logprobs_on_the_output_text_and_the_delta_events(client: openai.OpenAI):
     include = ["message.output_text.logprobs"]
     whole = client.responses.create(
-        model="smollm2", input=FRANCE[0]["content"], temperature=0, max_output_tokens=24, include=include,
+        model="smollm2",
+        input=FRANCE[0]["content"],
+        temperature=0,
+        max_output_tokens=24,
+        include=include,
         top_logprobs=2,
     )
     part = whole.output[0].content[0]
@@ -148,7 +171,11 @@ def test_responses_logprobs_on_the_output_text_and_the_delta_events(client: open
     assert all(len(lp.top_logprobs) == 2 and lp.top_logprobs[0].token == lp.token for lp in part.logprobs)
 
     with client.responses.stream(
-        model="smollm2", input=FRANCE[0]["content"], temperature=0, max_output_tokens=24, include=include,
+        model="smollm2",
+        input=FRANCE[0]["content"],
+        temperature=0,
+        max_output_tokens=24,
+        include=include,
         top_logprobs=2,
     ) as stream:
         events = list(stream)
@@ -161,18 +188,30 @@ def test_responses_logprobs_on_the_output_text_and_the_delta_events(client: open
 def test_ollama_chat_and_generate_carry_logprobs_on_each_chunk(smol_server: LiveServer):
     client = ollama.Client(host=smol_server.url)
     options = {"temperature": 0, "num_predict": 16, "repeat_penalty": 1.0}
-    whole = client.chat(model="smollm2", messages=FRANCE, options=options, stream=False, logprobs=True, top_logprobs=2)
+    whole = client.chat(
+        model="smollm2", messages=FRANCE, options=options, stream=False, logprobs=True, top_logprobs=2
+    )
     assert "".join(lp.token for lp in whole.logprobs) == whole.message.content
     assert all(lp.top_logprobs[0].token == lp.token for lp in whole.logprobs)
 
-    chunks = list(client.chat(model="smollm2", messages=FRANCE, options=options, stream=True, logprobs=True, top_logprobs=2))
+    chunks = list(
+        client.chat(
+            model="smollm2", messages=FRANCE, options=options, stream=True, logprobs=True, top_logprobs=2
+        )
+    )
     streamed = [lp.token for c in chunks for lp in (c.logprobs or ())]
     assert streamed == [lp.token for lp in whole.logprobs]
 
-    generated = client.generate(model="smollm2", prompt="The capital of France is", options=options, logprobs=True)
+    generated = client.generate(
+        model="smollm2", prompt="The capital of France is", options=options, logprobs=True
+    )
     assert "".join(lp.token for lp in generated.logprobs) == generated.response
     assert all(math.isfinite(lp.logprob) and lp.top_logprobs == [] for lp in generated.logprobs)
-    pieces = list(client.generate(model="smollm2", prompt="The capital of France is", options=options, logprobs=True, stream=True))
+    pieces = list(
+        client.generate(
+            model="smollm2", prompt="The capital of France is", options=options, logprobs=True, stream=True
+        )
+    )
     assert [lp.token for p in pieces for lp in (p.logprobs or ())] == [lp.token for lp in generated.logprobs]
 
 
@@ -186,11 +225,19 @@ def test_ollama_chat_and_generate_carry_logprobs_on_each_chunk(smol_server: Live
         ("/v1/chat/completions", {"messages": FRANCE, "top_logprobs": 3}, "needs logprobs"),
         ("/v1/chat/completions", {"messages": FRANCE, "logit_bias": {"50": 150}}, "between -100 and 100"),
         ("/v1/chat/completions", {"messages": FRANCE, "logit_bias": {"hello": 5}}, "not a token id"),
-        ("/v1/chat/completions", {"messages": FRANCE, "logit_bias": {"99999999": 5}}, "outside the vocabulary"),
+        (
+            "/v1/chat/completions",
+            {"messages": FRANCE, "logit_bias": {"99999999": 5}},
+            "outside the vocabulary",
+        ),
         ("/v1/completions", {"prompt": "Hi", "logprobs": 21}, "logprobs"),
         ("/v1/completions", {"prompt": "Hi", "logit_bias": {"1.5": 5}}, "not a token id"),
         ("/v1/responses", {"input": "Hi", "top_logprobs": 2}, "needs logprobs"),
-        ("/v1/responses", {"input": "Hi", "include": ["message.output_text.logprobs"], "top_logprobs": 30}, "top_logprobs"),
+        (
+            "/v1/responses",
+            {"input": "Hi", "include": ["message.output_text.logprobs"], "top_logprobs": 30},
+            "top_logprobs",
+        ),
     ],
 )
 def test_bad_values_get_a_400_in_openai_shape(smol_server: LiveServer, path: str, body: dict, fragment: str):

@@ -27,9 +27,8 @@ from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_s
 from kinfer.engines.llama.logits import RowLogits
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.rows import Row
-from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.llama.sizing import SizePlan, plan_size
-from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.engines.logprobs import check_bias_ids
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 from kinfer.protocol import FinishReason, TokenLogprob
 

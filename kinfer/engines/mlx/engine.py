@@ -27,6 +27,7 @@ from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -38,10 +39,9 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.check import self_check_engine
+from kinfer.engines.mlx.logits import grammar_words
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.logits import grammar_words
 from kinfer.engines.mlx.rows import Inflight, Row, StepBatch
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
@@ -491,7 +491,6 @@ class MlxEngine:
         if self._history is None:
             self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
         self._history[row.slot] = history_row(row.job.prompt)
-
 
 
 def _arrays(layer) -> list[mx.array]:

@@ -45,7 +45,12 @@ def test_a_forced_token_is_every_token_while_free_neighbours_keep_their_text(eng
     results = run_jobs(
         engine,
         [
-            job("forced", prompt, max_tokens=8, sampling=Sampling(temperature=0.8, logit_bias=((forced, 100.0),), logprobs=0)),
+            job(
+                "forced",
+                prompt,
+                max_tokens=8,
+                sampling=Sampling(temperature=0.8, logit_bias=((forced, 100.0),), logprobs=0),
+            ),
             job("free", prompt, max_tokens=8),
         ],
     )
@@ -54,25 +59,40 @@ def test_a_forced_token_is_every_token_while_free_neighbours_keep_their_text(eng
     assert results["free"].text == free_alone
 
 
-def test_greedy_logprobs_choose_the_top_token_and_sum_to_a_solo_scoring(engine, smollm2_gguf):
+def test_greedy_logprobs_choose_the_top_token_and_batched_rows_match_their_solo_run(engine):
     prompt = chat_prompt(engine, QUESTION)
     sampling = Sampling(temperature=0.0, logprobs=5)
-    results = run_jobs(engine, [job(f"r{i}", prompt, max_tokens=12, sampling=sampling) for i in range(3)])
-    result = results["r0"]
-    records = [lp for update in result.updates for lp in update.logprobs]
+    alone = run_alone(engine, job("solo", prompt, max_tokens=12, sampling=sampling))
+    results = run_jobs(
+        engine,
+        [job(f"r{i}", prompt, max_tokens=12, sampling=sampling) for i in range(3)] + [job("free", prompt)],
+    )
+    records = [lp for update in results["r1"].updates for lp in update.logprobs]
 
     assert records
     for lp in records:
         assert len(lp.top) == 5
         assert lp.top[0].id == lp.token.id and lp.top[0].logprob == lp.token.logprob
         assert [t.logprob for t in lp.top] == sorted((t.logprob for t in lp.top), reverse=True)
-    # batched beside two identical rows, each row's numbers are its own
-    assert [lp.token.logprob for u in results["r2"].updates for lp in u.logprobs] == [lp.token.logprob for lp in records]
+    solo = [lp.token.logprob for update in alone.updates for lp in update.logprobs]
+    assert sum(lp.token.logprob for lp in records) == pytest.approx(sum(solo), abs=1e-3)
+    assert all(not u.logprobs for u in results["free"].updates)  # a row that did not ask gets none
 
+
+def test_logprobs_sum_to_an_independent_scoring_of_the_reply(make_engine, smollm_f32):
+    """Float32 weights: llama.cpp's one-token decode and its batched prompt pass agree closely there
+    (on the Q4_1 GGUF they differ by up to ~1e-2 per token, whoever computes the softmax)."""
     from llama_cpp import Llama
 
+    engine = make_engine(path=smollm_f32.gguf, rows=2, prefix_cache=False)
+    prompt = chat_prompt(engine, QUESTION)
+    result = run_alone(
+        engine, job("r", prompt, max_tokens=12, sampling=Sampling(temperature=0.0, logprobs=1))
+    )
+    records = [lp for update in result.updates for lp in update.logprobs]
     reply = [lp.token.id for lp in records]
-    solo = Llama(str(smollm2_gguf), n_ctx=512, logits_all=True, n_threads=1, verbose=False)
+
+    solo = Llama(str(smollm_f32.gguf), n_ctx=512, logits_all=True, n_threads=1, verbose=False)
     try:
         solo.eval(list(prompt) + reply)
         scores = np.asarray(solo.scores[len(prompt) - 1 : len(prompt) - 1 + len(reply)], dtype=np.float64)
@@ -81,6 +101,7 @@ def test_greedy_logprobs_choose_the_top_token_and_sum_to_a_solo_scoring(engine, 
     shifted = scores - scores.max(axis=1, keepdims=True)
     expected = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     want = sum(expected[i, t] for i, t in enumerate(reply))
+    assert len(reply) >= 4
     assert sum(lp.token.logprob for lp in records) == pytest.approx(want, abs=1e-3)
 
 

@@ -57,7 +57,12 @@ def test_greedy_logprobs_choose_the_top_token_and_sum_to_a_solo_scoring(engine, 
 
 
 def test_a_banned_token_never_appears_and_a_forced_one_is_every_token(engine):
-    first = records(run_alone(engine, free_job(engine, "g", QUESTION, max_tokens=2, sampling=Sampling(temperature=0.0, logprobs=0))))
+    first = records(
+        run_alone(
+            engine,
+            free_job(engine, "g", QUESTION, max_tokens=2, sampling=Sampling(temperature=0.0, logprobs=0)),
+        )
+    )
     banned = first[0].token.id
     ban = Sampling(temperature=1.0, logit_bias=((banned, -100.0),), logprobs=0)
     force = Sampling(temperature=1.0, logit_bias=((banned, 100.0),), logprobs=0)
