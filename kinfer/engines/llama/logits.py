@@ -15,6 +15,8 @@ from kinfer.engines.llama.rows import Row
 from kinfer.engines.logprobs import record, top_indices
 from kinfer.protocol import TokenLogprob
 
+_Scores = tuple[np.ndarray, float]  # a row's biased, masked logits and the log of their partition sum
+
 
 class RowLogits:
     """Bias, masks and logprobs for the rows of one context (`rows` sequence ids)."""
@@ -40,10 +42,10 @@ class RowLogits:
         if self.masks is not None:
             self.masks.wait()
 
-    def prepare(self, ctx: int, row: Row, index: int) -> tuple[bool, np.ndarray | None]:
+    def prepare(self, ctx: int, row: Row, index: int) -> tuple[bool, _Scores | None]:
         """Bias and mask the logits at batch `index` for the row's draw. Returns (False, None) when the
-        grammar allows nothing at all (a dead end); else (True, the log-softmax the row samples from,
-        when it asks for logprobs)."""
+        grammar allows nothing at all (a dead end); else (True, what the row's logprobs are read from,
+        when it asks for them)."""
         if not row.touches_logits:
             return True, None
         logits = native.row_logits(ctx, index, self._vocab.n_tokens)
@@ -61,13 +63,18 @@ class RowLogits:
             np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
         if row.job.sampling.logprobs is None:
             return True, None
-        shifted = logits.astype(np.float64) - logits.max()
-        return True, shifted - np.log(np.exp(shifted).sum())
+        # a copy (the draw must not be able to change what is reported) and the log of the partition
+        # sum, in float64; the full log-softmax is never built, only the entries reported
+        values = logits.copy()
+        top = values.max()
+        return True, (values, float(top) + float(np.log(np.exp(values - top).sum(dtype=np.float64))))
 
-    def record(self, row: Row, logprobs: np.ndarray, token: int) -> TokenLogprob:
+    def record(self, row: Row, scores: _Scores, token: int) -> TokenLogprob:
         """The sampled token's logprob and the row's top alternatives."""
-        top = top_indices(logprobs, row.job.sampling.logprobs or 0)
-        return record(self._vocab.piece, token, float(logprobs[token]), top, logprobs[top])
+        values, log_total = scores
+        top = top_indices(values, row.job.sampling.logprobs or 0)
+        chosen = float(values[token]) - log_total
+        return record(self._vocab.piece, token, chosen, top, values[top].astype(np.float64) - log_total)
 
     def close(self) -> None:
         if self.masks is not None:
