@@ -131,7 +131,7 @@ def jobs(engine: Engine, rows: int, tokens: int, constrained: bool) -> list[Gene
 
 
 def run_engine(engine: Engine, batch: list[GenerationJob], label: str) -> Run:
-    masks = getattr(engine, "_masks", None)
+    masks = getattr(engine, "_masks", None) or getattr(getattr(engine, "_logits", None), "masks", None)
     mask_before = (masks.seconds, masks.filled) if masks is not None else (0.0, 0)
     texts = {job.job_id: "" for job in batch}
     for job in batch:
@@ -149,7 +149,7 @@ def run_engine(engine: Engine, batch: list[GenerationJob], label: str) -> Run:
             texts[update.job_id] += update.text
         steps += 1
     decode_s = time.perf_counter() - started
-    masks = getattr(engine, "_masks", None)
+    masks = getattr(engine, "_masks", None) or getattr(getattr(engine, "_logits", None), "masks", None)
     mask_s, masked = (masks.seconds - mask_before[0], masks.filled - mask_before[1]) if masks else (0.0, 0)
     valid = sum(1 for text in texts.values() if _valid(text))
     return Run(label, len(batch), generated - first, decode_s, mask_s, steps if masked else 0, masked, valid)

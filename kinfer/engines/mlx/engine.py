@@ -17,6 +17,7 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -24,7 +25,9 @@ import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -36,10 +39,11 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.model import load_weights, read_model_directory
+from kinfer.engines.mlx.logits import grammar_words
+from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.rows import Row, StepBatch
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, mask_logits, needs_penalties, sample
+from kinfer.engines.mlx.rows import Inflight, Row, StepBatch
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
@@ -135,7 +139,7 @@ class MlxEngine:
             if prefix_cache
             else None
         )
-        self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
+        self._batch = StepBatch(self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size))
         self._grow(self.plan.initial_blocks)
         # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
         self._history: mx.array | None = None
@@ -143,12 +147,12 @@ class MlxEngine:
         self._slots: list[Row | None] = [None] * self.plan.rows
         self._order = 0
         self._finished_early: list[JobUpdate] = []
-        self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._inflight: Inflight | None = None
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         if self_check:
-            self._self_check()
+            self_check_engine(self)  # a batched-cache mismatch fails here, at load
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -202,6 +206,7 @@ class MlxEngine:
             )
         if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
+        check_bias_ids(job.sampling, self._batch.vocab)
         if job.max_tokens <= 0:
             self._finished_early.append(JobUpdate(job.job_id, finish="length"))
             return 0
@@ -237,7 +242,7 @@ class MlxEngine:
         try:
             dispatched = self._dispatch(updates)
             if self._inflight is not None:
-                updates.extend(self._collect(*self._inflight))
+                updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
         self._inflight = dispatched
@@ -271,7 +276,7 @@ class MlxEngine:
 
     def close(self) -> None:
         if self._inflight is not None:
-            mx.eval(self._inflight[0])
+            mx.eval(self._inflight.tokens)
             self._inflight = None
         self._rows.clear()
         self._slots = [None] * len(self._slots)
@@ -288,29 +293,29 @@ class MlxEngine:
 
     # ---- one step -------------------------------------------------------------------------
 
-    def _dispatch(self, updates: list[JobUpdate]) -> tuple[mx.array, list[Row]] | None:
+    def _dispatch(self, updates: list[JobUpdate]) -> Inflight | None:
         """Build this step's passes and start them on the device; returns the decode pass's tokens."""
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
-        tokens = self._decode(decoding, updates) if decoding else None
+        decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         for length, group in self._plan_prefill(filling):
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
-        if tokens is None and processed == 0:
+        if decoded is None and processed == 0:
             return None
-        outputs = [layer_array for layer in self._layers for layer_array in _arrays(layer)]
-        if tokens is not None:
-            outputs.append(tokens)
+        outputs = [array for layer in self._layers for array in _arrays(layer)]
+        if decoded is not None:
+            outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
         mx.async_eval(outputs)
         self._counts["last"] = processed
-        return (tokens, decoding) if tokens is not None else None
+        return decoded
 
-    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
+    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
         batch = self._batch
         plan = batch.plan(rows)
         for row in rows:
@@ -318,6 +323,8 @@ class MlxEngine:
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
+            logits = logits.astype(mx.float32) + plan.bias
         if any(row.grammar is not None for row in rows):
             logits = self._constrain(logits, rows, updates)
         history = None
@@ -332,8 +339,10 @@ class MlxEngine:
                 self._history = updated
             else:
                 self._history[plan.state_rows] = updated
+        # only rows that ask pay for a log-softmax (on the logits they sampled from)
+        logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)
-        return tokens
+        return Inflight(tokens, rows, plan.logprobs, logprobs)
 
     # ---- constrained rows ---------------------------------------------------------------------
 
@@ -350,26 +359,14 @@ class MlxEngine:
         batch; its token is dropped."""
         if self._inflight is not None:
             mx.async_eval(logits)
-            updates.extend(self._collect(*self._inflight))
+            updates.extend(self._collect(self._inflight))
             self._inflight = None
-        masks = self._masks
-        assert masks is not None
-        masked = [
-            (i, row)
-            for i, row in enumerate(rows)
-            if row.grammar is not None and not row.done and (row.grammar.active or row.grammar.blocks_eos)
-        ]
-        if not masked:
-            return logits
-        masks.fill([(row.slot, row.grammar) for _, row in masked])
-        words = np.full((len(rows), masks.words.shape[1]), -1, dtype=np.int32)
-        for i, row in masked:
-            if masks.dead_end(row.slot, row.grammar):
-                updates.append(row.dead_end())
-                self._release(row, save=False)
-            else:
-                words[i] = masks.words[row.slot]
-        return mask_logits(logits, mx.array(words))
+        assert self._masks is not None
+        words, dead = grammar_words(self._masks, rows)
+        for row in dead:
+            updates.append(row.dead_end())
+            self._release(row, save=False)
+        return logits if words is None else mask_logits(logits, mx.array(words))
 
     def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
         """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
@@ -399,15 +396,20 @@ class MlxEngine:
                 self._save(row, row.fed)
         return length * len(rows)
 
-    def _collect(self, tokens: mx.array, rows: list[Row]) -> list[JobUpdate]:
+    def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
-        values = tokens.tolist()
+        values = step.tokens.tolist()
+        records = {}
+        if step.logprob_rows is not None and step.logprobs is not None:
+            records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
         updates = []
-        for row, token in zip(rows, values, strict=True):
+        for i, (row, token) in enumerate(zip(step.rows, values, strict=True)):
             if row.done:
                 continue  # finished or cancelled after this step was dispatched
             self._counts["generated"] += 1
             update = row.accept(token, self._eos)
+            if i in records and not (token in self._eos and not row.job.ignore_eos):
+                update = replace(update, logprobs=(records[i],))  # an end token has no text, no logprob
             updates.append(update)
             if update.finish is not None:
                 self._release(row, save=True)
@@ -488,37 +490,7 @@ class MlxEngine:
     def _init_history(self, row: Row) -> None:
         if self._history is None:
             self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
-        tail = list(row.job.prompt[-PENALTY_WINDOW_MAX:])
-        padded = [-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail
-        self._history[row.slot] = mx.array(padded, dtype=mx.int32)
-
-    def _model_vocab(self) -> int:
-        from mlx.utils import tree_flatten
-
-        for key, value in tree_flatten(self._model.parameters()):
-            if key.endswith("embed_tokens.weight"):
-                return int(value.shape[0])
-        return self._tokenizer.vocab_size
-
-    # ---- load-time check ----------------------------------------------------------------------
-
-    def _self_check(self) -> None:
-        """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
-
-        An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
-        or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-        producing wrong text later."""
-        from kinfer.engines.mlx.check import check_engine_layers
-
-        try:
-            check_engine_layers(self)
-        except EngineFailure:
-            raise
-        except Exception as exc:
-            arch = self.info.architecture
-            raise EngineFailure(
-                f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
-            ) from exc
+        self._history[row.slot] = history_row(row.job.prompt)
 
 
 def _arrays(layer) -> list[mx.array]:
