@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from kinfer.constrain.spec import Constraint
-from kinfer.protocol import FinishReason, Sampling
+from kinfer.protocol import FinishReason, Sampling, TokenLogprob
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,6 +90,9 @@ class JobUpdate:
     finish: FinishReason | None = None
     stop_string: str | None = None  # the stop string that ended the row (finish == "stop"), if one did
     error: str | None = None  # why the row ended with finish == "error", when the engine can say
+    # the logprobs of the tokens sampled in this step (job.sampling.logprobs set); an end-of-generation
+    # token has none (it releases no text)
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kinfer.chat.pipeline import OutputPipeline
 from kinfer.engines.base import JobUpdate
 from kinfer.errors import EngineFailure
-from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Event, FinishReason, Timings, Usage
+from kinfer.protocol import (
+    ChatRequest,
+    Delta,
+    Done,
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Timings,
+    TokenLogprob,
+    Usage,
+)
 from kinfer.scheduler.jobs import PreparedJob
 
 RequestState = Literal["queued", "prefill", "decoding", "embedding", "done", "failed"]
@@ -71,6 +81,9 @@ class RequestStream:
         self._on_cancel = on_cancel
         self._moved = asyncio.Event()  # set whenever the state may have left "queued"
         self._queued_error: Exception | None = None  # the error, when it came before a row
+        # logprobs of tokens whose text the pipeline has not released yet (they go on the next Delta)
+        self._pending_logprobs: list[TokenLogprob] = []
+        self.logprobs: list[TokenLogprob] = []  # those of the answer text, gathered by `collect`
 
     # ---- fed by the scheduler on the event loop -----------------------------------------
 
@@ -108,10 +121,11 @@ class RequestStream:
                 self.prompt_processed = self.prompt_tokens
             self.generated += update.new_tokens
             self.state = "decoding"
+        self._pending_logprobs.extend(update.logprobs)
         if update.text and self._pipeline is not None:
             self._tail = (self._tail + update.text)[-TAIL_CHARS:]
             for event in self._pipeline.feed(update.text):
-                self._events.put_nowait(event)
+                self._put(event)
         if update.finish == "error" and update.error is not None:
             # the engine ended the row and says why (a grammar dead end): the client gets an error
             self.on_error(EngineFailure(update.error))
@@ -142,7 +156,7 @@ class RequestStream:
             reason, detail = "deadline", "the reply reached the server's generation deadline"
         if self._pipeline is not None:
             for event in self._pipeline.finish():
-                self._events.put_nowait(event)
+                self._put(event)
             if reason == "stop" and self._pipeline.tool_calls_seen:
                 reason = "tool_calls"
         self.finish = reason
@@ -157,6 +171,13 @@ class RequestStream:
                 stop_string=stop_string,
             )
         )
+
+    def _put(self, event: Event) -> None:
+        """Queue an event; a Delta carries the logprobs of the tokens generated up to its text."""
+        if isinstance(event, Delta) and self._pending_logprobs:
+            event = replace(event, logprobs=tuple(self._pending_logprobs))
+            self._pending_logprobs.clear()
+        self._events.put_nowait(event)
 
     # ---- read by dialects ---------------------------------------------------------------
 
@@ -184,13 +205,16 @@ class RequestStream:
                 return
 
     async def collect(self) -> tuple[str, str, list, Done]:
-        """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure."""
+        """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure.
+        The answer text's logprobs (when asked for) are in `self.logprobs` afterwards."""
         text: list[str] = []
         thinking: list[str] = []
         calls = []
         async for event in self.events():
             if isinstance(event, Delta):
                 (thinking if event.kind == "thinking" else text).append(event.text)
+                if event.kind == "text":
+                    self.logprobs.extend(event.logprobs)
             elif isinstance(event, ErrorEvent):
                 raise event.error
             elif isinstance(event, Done):

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from quart import Blueprint, Response, jsonify
@@ -17,6 +17,7 @@ from kinfer.protocol import (
     Done,
     ErrorEvent,
     FinishReason,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
     Usage,
@@ -24,6 +25,7 @@ from kinfer.protocol import (
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
+from kinfer.server.logprobs_wire import completion_columns, token_entries
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
 from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
@@ -65,6 +67,18 @@ def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     return data
 
 
+def chat_logprobs(stream: RequestStream, records: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+    """A choice's `logprobs`: null unless the request asked for them."""
+    if stream.request.sampling.logprobs is None:
+        return None
+    return {"content": token_entries(records), "refusal": None}
+
+
+def completion_logprobs(stream: RequestStream, records: Sequence[TokenLogprob], offset: int) -> dict | None:
+    """A legacy completion choice's `logprobs` columns: null unless the request asked for them."""
+    return None if stream.request.sampling.logprobs is None else completion_columns(records, offset)
+
+
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
     """OpenAI's envelope: `{"error": {"message", "type", "param", "code"}}`, `code` a string or null."""
     if not isinstance(error, KinferError):
@@ -84,7 +98,7 @@ async def chat_completion_stream(
     # with include_usage, OpenAI gives every chunk a usage field: null until the last one
     no_usage = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> str:
         return sse(
             {
                 "id": completion_id,
@@ -92,7 +106,7 @@ async def chat_completion_stream(
                 "created": created,
                 "model": model,
                 "system_fingerprint": "kinfer",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
@@ -103,7 +117,7 @@ async def chat_completion_stream(
             if event.kind == "thinking":
                 yield chunk({"reasoning_content": event.text, "reasoning": event.text})
             else:
-                yield chunk({"content": event.text})
+                yield chunk({"content": event.text}, logprobs=chat_logprobs(stream, event.logprobs))
         elif isinstance(event, ToolCallEvent):
             yield chunk({"tool_calls": [tool_call_json(event.call, event.index)]})
         elif isinstance(event, Done):
@@ -140,7 +154,14 @@ async def chat_completion_body(stream: RequestStream, completion_id: str, model:
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": "kinfer",
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH[done.reason]}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": chat_logprobs(stream, stream.logprobs),
+                "finish_reason": FINISH[done.reason],
+            }
+        ],
         "usage": usage_json(done.usage),
         "timings": {
             "prompt_s": done.timings.prompt,
@@ -187,14 +208,16 @@ async def completion_stream(
     created = int(time.time())
     no_usage = {"usage": None} if include_usage else {}
 
-    def chunk(text: str, finish: str | None = None) -> str:
+    offset = len(echo)  # where the next piece starts in the choice's text, for text_offset
+
+    def chunk(text: str, finish: str | None = None, logprobs: dict | None = None) -> str:
         return sse(
             {
                 "id": completion_id,
                 "object": "text_completion",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
@@ -203,7 +226,8 @@ async def completion_stream(
         yield chunk(echo)
     async for event in stream.events():
         if isinstance(event, Delta):
-            yield chunk(event.text)
+            yield chunk(event.text, logprobs=completion_logprobs(stream, event.logprobs, offset))
+            offset += len(event.text)
         elif isinstance(event, Done):
             yield chunk("", FINISH[event.reason])
             if include_usage:
@@ -249,7 +273,7 @@ async def completions() -> Response:
                 {
                     "index": 0,
                     "text": (echo or "") + text,
-                    "logprobs": None,
+                    "logprobs": completion_logprobs(stream, stream.logprobs, len(echo or "")),
                     "finish_reason": FINISH[done.reason],
                 }
             ],

@@ -21,62 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
-from kinfer.constrain.runtime import GrammarVocab, MaskTable, RowGrammar
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
 from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
-from kinfer.engines.llama.grammar import grammar_vocab
+from kinfer.engines.llama.logits import RowLogits
 from kinfer.engines.llama.prefix import PrefixPool
+from kinfer.engines.llama.rows import Row
 from kinfer.engines.llama.sizing import SizePlan, plan_size
+from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.prefill_budget import PrefillBudget
-from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
-from kinfer.protocol import FinishReason
+from kinfer.protocol import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
-
-
-class _Row:
-    """The mutable state of one reply in progress (engine-internal)."""
-
-    __slots__ = (
-        "checkpoints",
-        "decoder",
-        "generated",
-        "grammar",
-        "job",
-        "matcher",
-        "order",
-        "pending",
-        "reused",
-        "sampler",
-        "seq",
-        "tokens",
-    )
-
-    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
-        self.seq = seq
-        self.job = job
-        self.order = order  # submission order: waiting prompts are prefilled first come, first served
-        self.sampler = sampler
-        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
-        self.reused = 0
-        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
-        self.generated = 0
-        self.decoder = Utf8Decoder()
-        self.matcher = StopStringMatcher(job.stop)
-        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
-        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
-
-    @property
-    def prefilling(self) -> bool:
-        return len(self.tokens) < len(self.job.prompt)
-
-    @property
-    def prompt_processed(self) -> int:
-        return min(len(self.tokens), len(self.job.prompt))
 
 
 class LlamaEngine:
@@ -174,13 +133,12 @@ class LlamaEngine:
         )
         self._gpu = gpu and gpu_layers != 0
         self._embedder: LlamaEmbedder | None = None  # made on the first embedding request
-        self._rows: dict[str, _Row] = {}
+        self._rows: dict[str, Row] = {}
         self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
         self._closed = False
-        self._grammar: GrammarVocab | None = None  # built with the first constrained job
-        self._masks: MaskTable | None = None
+        self._logits = RowLogits(self._vocab, plan.rows)  # bias, grammar masks, logprobs
         self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         log.info(
             "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
@@ -261,12 +219,13 @@ class LlamaEngine:
             )
         if not self._free_seqs:
             raise Busy("no free row", retry_after=1.0)
-        grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
+        check_bias_ids(job.sampling, self._vocab.n_tokens)
+        grammar = self._logits.grammar_vocab().start(job.constraint) if job.constraint is not None else None
         # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
         # streams), so keep the busy ids packed at the bottom
         seq = heapq.heappop(self._free_seqs)
         sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
-        row = _Row(seq, job, self._submitted, sampler)
+        row = Row(seq, job, self._submitted, sampler)
         row.grammar = grammar
         self._submitted += 1
         if self._pool is not None:
@@ -304,10 +263,9 @@ class LlamaEngine:
             batch.clear()
             at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
             # constrained rows' masks are computed on another thread while llama_decode runs
-            self._prefetch_masks(generating)
+            self._logits.prefetch(generating)
             decoded = self._decode(generating, changed)
-            if self._masks is not None:
-                self._masks.wait()
+            self._logits.wait()
             if decoded:
                 for row, index in zip(generating, at, strict=True):
                     row.tokens.append(row.pending)
@@ -354,7 +312,7 @@ class LlamaEngine:
         updates.extend(changed.values())
         return updates
 
-    def _decode(self, rows: list[_Row], changed: dict[str, JobUpdate]) -> bool:
+    def _decode(self, rows: list[Row], changed: dict[str, JobUpdate]) -> bool:
         """Run the batch; on failure, end its rows with "error" (the other rows carry on)."""
         assert self._batch is not None
         rc = native.decode(self._ctx, self._batch)
@@ -365,16 +323,18 @@ class LlamaEngine:
             changed[row.job.job_id] = self._finish(row, "error")
         return False
 
-    def _chunk_end(self, row: _Row, start: int, budget: int) -> int:
+    def _chunk_end(self, row: Row, start: int, budget: int) -> int:
         """Where this step's prompt chunk for `row` ends (== start: wait for the next step)."""
         exact = self._pool is not None and self._pool.exact_only
         checkpoints = row.checkpoints if exact else ()
         return chunk_end(len(row.job.prompt), start, budget, self.plan.n_ubatch, checkpoints)
 
-    def _sample(self, row: _Row, index: int) -> JobUpdate:
+    def _sample(self, row: Row, index: int) -> JobUpdate:
+        """Draw the row's next token from the logits at batch `index` (biased and masked first)."""
         grammar = row.grammar
-        if grammar is not None and not self._mask_logits(row, grammar, index):
-            return self._finish(row, "error", flush=True, error=grammar.error)
+        alive, logprobs = self._logits.prepare(self._ctx, row, index)
+        if not alive:
+            return self._finish(row, "error", flush=True, error=grammar.error if grammar else None)
         token = native.sampler_sample(row.sampler, self._ctx, index)
         row.generated += 1
         self._counters["generated"] += 1
@@ -383,58 +343,36 @@ class LlamaEngine:
             grammar.accept(token, piece)
         if self._vocab.is_eog(token) and not row.job.ignore_eos:
             return self._finish(row, "stop", new_tokens=1, flush=True)
+        lp = () if logprobs is None else (self._logits.record(row, logprobs, token),)
         scan = row.matcher.feed(row.decoder.feed(piece))
         if scan.matched is not None:
-            return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched)
+            return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched, lp=lp)
         if grammar is not None and grammar.ended:
             # the grammar is complete (or the reply left it): nothing more may follow
             reason: FinishReason = "error" if grammar.error else "stop"
-            return self._finish(row, reason, text=scan.text, new_tokens=1, flush=True, error=grammar.error)
+            error = grammar.error
+            return self._finish(row, reason, text=scan.text, new_tokens=1, flush=True, error=error, lp=lp)
         if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
             # no more tokens asked for, or no cell left to feed this one back in: the row is full
-            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
+            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True, lp=lp)
         row.pending = token
-        return self._update(row, text=scan.text, new_tokens=1)
+        return self._update(row, text=scan.text, new_tokens=1, lp=lp)
 
-    # ---- constrained rows ---------------------------------------------------------------------
-
-    def _grammar_vocab(self) -> GrammarVocab:
-        if self._grammar is None:
-            self._grammar = grammar_vocab(self._vocab)
-            self._masks = MaskTable(self.plan.rows, self._grammar, unpack=True)
-        return self._grammar
-
-    def _prefetch_masks(self, rows: list[_Row]) -> None:
-        if self._masks is not None:
-            self._masks.prefetch([(r.seq, r.grammar) for r in rows if r.grammar is not None])
-
-    def _mask_logits(self, row: _Row, grammar: RowGrammar, index: int) -> bool:
-        """Forbid the tokens the row's grammar forbids, on llama.cpp's own logits for `index`. False
-        when the grammar allows nothing at all (a dead end)."""
-        masks = self._masks
-        assert masks is not None
-        if not (grammar.active or grammar.blocks_eos):
-            return True
-        if row.pending is None and row.generated == 0:
-            masks.fill([(row.seq, grammar)])  # the first token, sampled after the prompt: not prefetched
-        if masks.dead_end(row.seq, grammar):
-            return False
-        logits = native.row_logits(self._ctx, index, self._vocab.n_tokens)
-        np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
-        return True
-
-    def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
+    def _update(
+        self, row: Row, *, text: str = "", new_tokens: int = 0, lp: tuple[TokenLogprob, ...] = ()
+    ) -> JobUpdate:
         return JobUpdate(
             job_id=row.job.job_id,
             text=text,
             new_tokens=new_tokens,
             prompt_processed=row.prompt_processed,
             reused_tokens=row.reused,
+            logprobs=lp,
         )
 
     def _finish(
         self,
-        row: _Row,
+        row: Row,
         reason: FinishReason,
         *,
         text: str = "",
@@ -442,6 +380,7 @@ class LlamaEngine:
         flush: bool = False,
         stop_string: str | None = None,
         error: str | None = None,
+        lp: tuple[TokenLogprob, ...] = (),
     ) -> JobUpdate:
         """Free the row (keeping a copy in the pool) and build its final update."""
         if flush:
@@ -465,6 +404,7 @@ class LlamaEngine:
             finish=reason,
             stop_string=stop_string,
             error=error if reason == "error" else None,
+            logprobs=lp,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------
@@ -497,8 +437,8 @@ class LlamaEngine:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        if getattr(self, "_masks", None) is not None:
-            self._masks.close()
+        if getattr(self, "_logits", None) is not None:
+            self._logits.close()
         for row in getattr(self, "_rows", {}).values():
             native.free_sampler(row.sampler)
         self._rows = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,8 +26,9 @@ import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse
-from kinfer.engines.mlx.check import self_check as self_check_layers
+from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -38,10 +40,11 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
+from kinfer.engines.mlx.logits import grammar_words
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.rows import Row, StepBatch
-from kinfer.engines.mlx.sampling import mask_logits, needs_penalties, sample, with_history
+from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
@@ -54,9 +57,9 @@ log = logging.getLogger(__name__)
 class MlxEngine:
     """A model directory served by MLX (the `Engine` protocol).
 
-    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
-    cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic). step_budget_ms:
-    the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
+    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
+    cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    step_budget_ms: the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
@@ -142,18 +145,19 @@ class MlxEngine:
         )
         self._batch = StepBatch(self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size))
         self._grow(self.plan.initial_blocks)
-        self._history: mx.array | None = None  # recent tokens of every row, once a request uses penalties
+        # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
+        self._history: mx.array | None = None
         self._rows: dict[str, Row] = {}
         self._slots: list[Row | None] = [None] * self.plan.rows
         self._order = 0
         self._finished_early: list[JobUpdate] = []
-        self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._inflight: Inflight | None = None
         self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
-        if self_check:  # at load, not as wrong text later (check.py)
-            self_check_layers(self)
+        if self_check:
+            self_check_engine(self)  # a batched-cache mismatch fails here, at load
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -207,6 +211,7 @@ class MlxEngine:
             )
         if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
+        check_bias_ids(job.sampling, self._batch.vocab)
         if job.max_tokens <= 0:
             self._finished_early.append(JobUpdate(job.job_id, finish="length"))
             return 0
@@ -226,26 +231,27 @@ class MlxEngine:
         if self._pool is not None:
             self._adopt(row)
         if needs_penalties(job.sampling):
-            self._history = with_history(self._history, self.plan.rows, row.slot, job.prompt)
+            self._init_history(row)
         self._batch.changed()
         return row.reused
 
     def cancel(self, job_id: str) -> None:
         row = self._rows.get(job_id)
-        if row is not None:
-            self._release(row, save=False)
-            self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
+        if row is None:
+            return
+        self._release(row, save=False)
+        self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
-        read_back = self._inflight is not None
+        read_back, prompt = self._inflight is not None, self._counts["prompt"]
         try:
-            dispatched, prefill = self._dispatch(updates)
+            dispatched = self._dispatch(updates)
             if self._inflight is not None:
-                updates.extend(self._collect(*self._inflight))
+                updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
-        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=prefill)
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._counts["prompt"] - prompt)
         self._inflight = dispatched
         self._counts["steps"] += 1
         return updates
@@ -277,7 +283,7 @@ class MlxEngine:
 
     def close(self) -> None:
         if self._inflight is not None:
-            mx.eval(self._inflight[0])
+            mx.eval(self._inflight.tokens)
             self._inflight = None
         self._rows.clear()
         self._slots = [None] * len(self._slots)
@@ -294,33 +300,34 @@ class MlxEngine:
 
     # ---- one step -------------------------------------------------------------------------
 
-    def _dispatch(self, updates: list[JobUpdate]) -> tuple[tuple[mx.array, list[Row]] | None, int]:
-        """Start this step's passes on the device; returns the decode pass's tokens, prompt tokens."""
+    def _dispatch(self, updates: list[JobUpdate]) -> Inflight | None:
+        """Build this step's passes and start them on the device; returns the decode pass's tokens."""
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
-        tokens = self._decode(decoding, updates) if decoding else None
+        decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
-        for length, group in self._plan_prefill(filling, decoding=bool(decoding)):
+        # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
+        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding))
+        chunks = plan_prefill(filling, room)
+        if decoding:
+            self._clock.budget.took(sum(length * len(group) for length, group in chunks))
+        for length, group in chunks:
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
-        if tokens is None and processed == 0:
-            return None, 0
-        outputs = [
-            array
-            for layer in self._layers
-            for array in (layer.arrays() if isinstance(layer, PagedLayer) else layer.live())
-        ]
-        if tokens is not None:
-            outputs.append(tokens)
+        if decoded is None and processed == 0:
+            return None
+        outputs = [array for layer in self._layers for array in _arrays(layer)]
+        if decoded is not None:
+            outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
         mx.async_eval(outputs)
         self._counts["last"] = processed
-        return ((tokens, decoding) if tokens is not None else None), processed - len(decoding)
+        return decoded
 
-    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
+    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
         batch = self._batch
         plan = batch.plan(rows)
         for row in rows:
@@ -328,6 +335,8 @@ class MlxEngine:
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
+            logits = logits.astype(mx.float32) + plan.bias
         if any(row.grammar is not None for row in rows):
             logits = self._constrain(logits, rows, updates)
         history = None
@@ -342,8 +351,10 @@ class MlxEngine:
                 self._history = updated
             else:
                 self._history[plan.state_rows] = updated
+        # only rows that ask pay for a log-softmax (on the logits they sampled from)
+        logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)
-        return tokens
+        return Inflight(tokens, rows, plan.logprobs, logprobs)
 
     # ---- constrained rows ---------------------------------------------------------------------
 
@@ -360,41 +371,14 @@ class MlxEngine:
         batch; its token is dropped."""
         if self._inflight is not None:
             mx.async_eval(logits)
-            updates.extend(self._collect(*self._inflight))
+            updates.extend(self._collect(self._inflight))
             self._inflight = None
-        masks = self._masks
-        assert masks is not None
-        masked = [
-            (i, row)
-            for i, row in enumerate(rows)
-            if row.grammar is not None and not row.done and (row.grammar.active or row.grammar.blocks_eos)
-        ]
-        if not masked:
-            return logits
-        masks.fill([(row.slot, row.grammar) for _, row in masked])
-        words = np.full((len(rows), masks.words.shape[1]), -1, dtype=np.int32)
-        for i, row in masked:
-            if masks.dead_end(row.slot, row.grammar):
-                updates.append(row.dead_end())
-                self._release(row, save=False)
-            else:
-                words[i] = masks.words[row.slot]
-        return mask_logits(logits, mx.array(words))
-
-    def _plan_prefill(self, rows: list[Row], *, decoding: bool) -> list[tuple[int, list[Row]]]:
-        """This step's prompt chunks within the token budget (beside decoding rows, the tokens that fit
-        the step's time budget), grouped by chunk length (one pass each)."""
-        room = budget = self._clock.budget.room(self.plan.prefill_chunk, decoding=decoding)
-        groups: dict[int, list[Row]] = {}
-        for row in rows:
-            if budget <= 0:
-                break
-            length = min(row.next_chunk(), budget)
-            budget -= length
-            groups.setdefault(length, []).append(row)
-        if decoding:
-            self._clock.budget.took(room - budget)
-        return list(groups.items())
+        assert self._masks is not None
+        words, dead = grammar_words(self._masks, rows)
+        for row in dead:
+            updates.append(row.dead_end())
+            self._release(row, save=False)
+        return logits if words is None else mask_logits(logits, mx.array(words))
 
     def _prefill(self, rows: list[Row], length: int) -> int:
         for row in rows:
@@ -412,15 +396,20 @@ class MlxEngine:
                 self._save(row, row.fed)
         return length * len(rows)
 
-    def _collect(self, tokens: mx.array, rows: list[Row]) -> list[JobUpdate]:
+    def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
-        values = tokens.tolist()
+        values = step.tokens.tolist()
+        records = {}
+        if step.logprob_rows is not None and step.logprobs is not None:
+            records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
         updates = []
-        for row, token in zip(rows, values, strict=True):
+        for i, (row, token) in enumerate(zip(step.rows, values, strict=True)):
             if row.done:
                 continue  # finished or cancelled after this step was dispatched
             self._counts["generated"] += 1
             update = row.accept(token, self._eos)
+            if i in records and not (token in self._eos and not row.job.ignore_eos):
+                update = replace(update, logprobs=(records[i],))  # an end token has no text, no logprob
             updates.append(update)
             if update.finish is not None:
                 self._release(row, save=True)
@@ -497,3 +486,12 @@ class MlxEngine:
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
+
+    def _init_history(self, row: Row) -> None:
+        if self._history is None:
+            self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
+        self._history[row.slot] = history_row(row.job.prompt)
+
+
+def _arrays(layer) -> list[mx.array]:
+    return layer.arrays() if isinstance(layer, PagedLayer) else layer.live()

@@ -111,11 +111,11 @@ def load_weights(path: Path):
     return model
 
 
-def model_vocab(model, fallback: int) -> int:
-    """Rows of the model's embedding table (it may be padded past the tokenizer's vocabulary)."""
+def model_vocab(model, tokenizer_vocab: int) -> int:
+    """Rows of the embedding table (may exceed the tokenizer's vocabulary: padding)."""
     from mlx.utils import tree_flatten
 
     for key, value in tree_flatten(model.parameters()):
         if key.endswith("embed_tokens.weight"):
             return int(value.shape[0])
-    return fallback
+    return tokenizer_vocab

@@ -53,6 +53,12 @@ def needs_penalties(sampling: Sampling) -> bool:
     ) and sampling.repeat_last_n != 0
 
 
+def history_row(prompt: Sequence[int]) -> mx.array:
+    """A row's penalty history at its start: the prompt's last tokens, -1 before them."""
+    tail = list(prompt[-PENALTY_WINDOW_MAX:])
+    return mx.array([-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail, dtype=mx.int32)
+
+
 def make_batch(samplings: Sequence[Sampling], seeds: Sequence[int], vocab: int) -> SamplingBatch:
     greedy = np.array([s.greedy for s in samplings], dtype=bool)
     top_k = np.array([s.top_k if s.top_k > 0 else vocab for s in samplings], dtype=np.int64)
@@ -94,16 +100,6 @@ def sample(
     if batch.all_greedy:
         return greedy_tokens
     return mx.where(batch.greedy, greedy_tokens, _draw(logits.astype(mx.float32), batch, counters))
-
-
-def with_history(history: mx.array | None, rows: int, slot: int, prompt: Sequence[int]) -> mx.array:
-    """The [rows, PENALTY_WINDOW_MAX] recent-token table (made on first use) with `slot` set to the
-    tail of `prompt`, padded with -1 (penalties look back over the prompt too)."""
-    if history is None:
-        history = mx.full((rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
-    tail = list(prompt[-PENALTY_WINDOW_MAX:])
-    history[slot] = mx.array([-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail, dtype=mx.int32)
-    return history
 
 
 def mask_logits(logits: mx.array, words: mx.array) -> mx.array:

@@ -1,0 +1,60 @@
+"""The mutable state of one reply in progress in the llama.cpp engine."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kinfer.constrain.runtime import RowGrammar
+from kinfer.engines.base import GenerationJob
+from kinfer.engines.logprobs import bias_arrays
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+
+
+class Row:
+    """One reply in sequence id `seq` (engine-internal)."""
+
+    __slots__ = (
+        "bias",
+        "checkpoints",
+        "decoder",
+        "generated",
+        "grammar",
+        "job",
+        "matcher",
+        "order",
+        "pending",
+        "reused",
+        "sampler",
+        "seq",
+        "tokens",
+    )
+
+    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
+        self.seq = seq
+        self.job = job
+        self.order = order  # submission order: waiting prompts are prefilled first come, first served
+        self.sampler = sampler
+        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
+        self.reused = 0
+        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
+        self.generated = 0
+        self.decoder = Utf8Decoder()
+        self.matcher = StopStringMatcher(job.stop)
+        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
+        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
+        self.bias: tuple[np.ndarray, np.ndarray] | None = bias_arrays(job.sampling)
+
+    @property
+    def prefilling(self) -> bool:
+        return len(self.tokens) < len(self.job.prompt)
+
+    @property
+    def prompt_processed(self) -> int:
+        return min(len(self.tokens), len(self.job.prompt))
+
+    @property
+    def touches_logits(self) -> bool:
+        """The row changes or reads its logits before the draw (bias, grammar mask, logprobs)."""
+        grammar = self.grammar
+        masked = grammar is not None and (grammar.active or grammar.blocks_eos)
+        return masked or self.bias is not None or self.job.sampling.logprobs is not None
