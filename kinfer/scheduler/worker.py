@@ -86,8 +86,7 @@ class EngineWorker:
             if not self._gone:
                 self._inbox.put(command)
                 return
-        if isinstance(command, Admission):  # prepared while the model was being unloaded
-            self._callbacks.failed(command.job_id, EngineFailure(f"model {self.name} was unloaded"))
+        self._refuse(command, self._callbacks.failed)  # it arrived while the model was unloaded
 
     def stop(self, timeout: float = 30.0) -> None:
         self._inbox.put(Shutdown())
@@ -189,9 +188,14 @@ class EngineWorker:
                 command = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if isinstance(command, Admission):
-                error = EngineFailure(f"model {self.name} was unloaded")
-                self._call_soon(self._callbacks.failed, command.job_id, error)
+            self._refuse(command, lambda job, error: self._call_soon(self._callbacks.failed, job, error))
+
+    def _refuse(self, command: Command, failed: Callable[[str, Exception], object]) -> None:
+        error = EngineFailure(f"model {self.name} was unloaded")
+        if isinstance(command, Admission):
+            failed(command.job_id, error)
+        elif isinstance(command, EmbedWork) and command.reply.set_running_or_notify_cancel():
+            command.reply.set_exception(error)
 
     def _serve(self) -> None:
         """Admit, step and report until shut down (or until the model keeps failing)."""

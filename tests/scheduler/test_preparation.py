@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from kinfer.errors import InvalidRequest
+from kinfer.errors import EngineFailure, InvalidRequest
 from kinfer.protocol import Delta
 from kinfer.scheduler.stream import RequestStream
 from tests.scheduler.test_scheduler import ask, make_scheduler
@@ -91,4 +91,17 @@ async def test_a_tokenizer_failure_ends_that_request_with_a_400_and_the_batch_ke
     assert [row.text for row in rows] == [("first row " * 20)[::-1], ("second row " * 20)[::-1]]
     text = (await (await scheduler.submit(ask("after"))).collect())[0]
     assert text == "retfa"
+    await scheduler.close()
+
+
+async def test_a_prompt_prepared_while_its_model_unloads_ends_with_an_error_not_a_hang():
+    scheduler, engines = make_scheduler(engine_options={"slow_tokenize": ("SLOW", 0.5)})
+    await scheduler.count_tokens(ask("load the model"))
+    pending = asyncio.create_task(scheduler.submit(ask("SLOW to tokenize")))
+    await asyncio.sleep(0.1)  # its tokenizer is busy with it
+    await scheduler.unload("alpha")
+    assert engines[0].closed  # closed once the preparation let go of its tokenizer, not under it
+    stream = await asyncio.wait_for(pending, 10)
+    with pytest.raises(EngineFailure, match="unloaded"):
+        await asyncio.wait_for(stream.collect(), 10)
     await scheduler.close()
