@@ -333,10 +333,13 @@ class LlamaEngine:
     def _sample(self, row: Row, index: int) -> JobUpdate:
         """Draw the row's next token from the logits at batch `index` (biased and masked first)."""
         grammar = row.grammar
-        alive, logprobs = self._logits.prepare(self._ctx, row, index)
+        if row.argmax_draw:
+            alive, token, logprobs = self._logits.draw_greedy(self._ctx, row, index)
+        else:
+            alive, logprobs = self._logits.prepare(self._ctx, row, index)
+            token = native.sampler_sample(row.sampler, self._ctx, index) if alive else -1
         if not alive:
             return self._finish(row, "error", flush=True, error=grammar.error if grammar else None)
-        token = native.sampler_sample(row.sampler, self._ctx, index)
         row.generated += 1
         self._counters["generated"] += 1
         piece = self._vocab.piece(token)
