@@ -28,6 +28,7 @@ from kinfer.engines.base import EmbeddingSpec, EngineStats, GenerationJob, JobUp
 from kinfer.engines.embedding import EMBED_BATCH_TOKENS, GGUF_POOLING, MAX_EMBED_TOKENS, is_matryoshka
 from kinfer.engines.llama import native
 from kinfer.engines.llama.sizing import available_threads
+from kinfer.engines.memory_account import MemoryAccount
 from kinfer.errors import EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,11 @@ class LlamaEmbeddingEngine:
         return EngineStats(
             prompt_tokens_total=self._tokens,
             steps_total=embedder.passes if embedder else 0,
-            memory={"model": self._facts.model_bytes} if hasattr(self, "_facts") else {},
+            memory=(
+                MemoryAccount(weights=self._facts.model_bytes, total=self._facts.model_bytes).as_dict()
+                if hasattr(self, "_facts")
+                else {}
+            ),
         )
 
     def close(self) -> None:
