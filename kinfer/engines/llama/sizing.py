@@ -110,10 +110,10 @@ def plan_size(
     def kv_bytes(r: int, c: int) -> int:
         return r * per_row_streams * c * kv_bytes_per_token
 
-    budget = int(free_memory * KV_MEMORY_SHARE)
-    while auto_rows and rows > 1 and kv_bytes(rows, ctx) > budget:
+    share = int(free_memory * KV_MEMORY_SHARE)
+    while auto_rows and rows > 1 and kv_bytes(rows, ctx) > share:
         rows = max(1, rows // 2)
-    while auto_ctx and ctx > MIN_CTX and kv_bytes(rows, ctx) > budget:
+    while auto_ctx and ctx > MIN_CTX and kv_bytes(rows, ctx) > share:
         ctx = align_ctx(max(MIN_CTX, ctx // 2))
     if kv_bytes(rows, ctx) > free_memory:
         # an explicit --ctx / --parallel (or Ollama's per-request num_ctx) that cannot fit must be
@@ -123,7 +123,7 @@ def plan_size(
             f"{free_memory / 2**30:.1f} GiB is free; ask for a smaller context "
             "(num_ctx / --ctx) or fewer rows"
         )
-    if kv_bytes(rows, ctx) > budget:
+    if kv_bytes(rows, ctx) > share:
         log.warning(
             "the KV cache (%d rows x %d tokens) needs %.1f GiB, more than half the free memory",
             rows,
