@@ -85,7 +85,11 @@ class MemoryPeak:
 
     @property
     def engine_total(self) -> int | None:
-        """Engine memory without the high-water marks (kinds named *peak*), which would count twice."""
+        """The engine's memory: the allocator's total and MLX's cache beside it (the memory account,
+        kinfer/engines/memory_account.py); without them (an older kinfer), every kind but the
+        high-water marks (named *peak*), which would count twice."""
+        if "total" in self.engine_bytes:
+            return self.engine_bytes["total"] + self.engine_bytes.get("cache", 0)
         kinds = [v for k, v in self.engine_bytes.items() if "peak" not in k]
         return sum(kinds) if kinds else None
 
