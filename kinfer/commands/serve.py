@@ -132,7 +132,7 @@ def run_ps(args: argparse.Namespace, settings: Settings) -> int:
     if not models:
         print("no model loaded")
         return 0
-    print(f"{'NAME':40} {'SIZE':>10} {'CONTEXT':>8} {'MEMORY':>20}  UNTIL")
+    print(f"{'NAME':40} {'SIZE':>10} {'CONTEXT':>8} {'MEMORY':>22}  UNTIL")
     for m in models:
         size = f"{m['size'] / 1e6:.0f} MB"
         until = "forever" if m["expires_at"].startswith("0001") else m["expires_at"]
@@ -140,7 +140,7 @@ def run_ps(args: argparse.Namespace, settings: Settings) -> int:
         held = format_bytes(memory["total"]) if "total" in memory else "-"
         if memory.get("budget"):
             held += f" of {format_bytes(memory['budget'])}"
-        print(f"{m['name']:40} {size:>10} {m.get('context_length', 0):>8} {held:>20}  {until}")
+        print(f"{m['name']:40} {size:>10} {m.get('context_length', 0):>8} {held:>22}  {until}")
         parts = [f"{part} {format_bytes(memory[part])}" for part in PARTS if memory.get(part)]
         if parts:
             print("  " + "  ".join(parts))

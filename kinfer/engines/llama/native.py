@@ -82,7 +82,8 @@ def init_backend() -> None:
 @contextlib.contextmanager
 def capture_log() -> Iterator[list[str]]:
     """The lines llama.cpp logs on this thread while the block runs (at any level)."""
-    assert _router is not None, "init_backend() first"
+    init_backend()
+    assert _router is not None
     lines: list[str] = []
     _router.captured.lines = lines
     try:
