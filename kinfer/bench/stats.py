@@ -93,6 +93,16 @@ class MemoryPeak:
         kinds = [v for k, v in self.engine_bytes.items() if "peak" not in k]
         return sum(kinds) if kinds else None
 
+    @property
+    def named_share(self) -> float | None:
+        """How much of the allocator's peak total the account's named parts explain (weights, kv,
+        state, pool at their own peaks); None without an account. Issue 18 asks for >= 0.9."""
+        total = self.engine_bytes.get("total")
+        if not total:
+            return None
+        named = sum(self.engine_bytes.get(k, 0) for k in ("weights", "kv", "state", "pool"))
+        return round(named / total, 3)
+
 
 @dataclass(frozen=True)
 class LevelSummary:
