@@ -7,6 +7,8 @@ logits, the penalty history, grammar masks) is what remains.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -14,6 +16,11 @@ from mlx.utils import tree_flatten
 
 from kinfer.engines.budget import ram_total, resolve_budget
 from kinfer.engines.memory_account import MemoryAccount
+
+log = logging.getLogger(__name__)
+
+WARN_INTERVAL_S = 60.0  # over the budget, one warning a minute at most
+_warned = [-WARN_INTERVAL_S]  # when the last over-budget warning was logged (monotonic seconds)
 
 if TYPE_CHECKING:
     from kinfer.engines.mlx.kv import PagedLayer
@@ -55,7 +62,19 @@ def over_budget(budget: int) -> bool:
     if mx.get_active_memory() + mx.get_cache_memory() <= budget:
         return False
     mx.clear_cache()
-    return mx.get_active_memory() > budget
+    active = mx.get_active_memory()
+    if active <= budget:
+        return False
+    now = time.monotonic()
+    if now - _warned[0] >= WARN_INTERVAL_S:  # a user seeing fewer rows busy should learn why
+        _warned[0] = now
+        log.warning(
+            "MLX holds %.2f GiB, over the memory budget of %.2f GiB: new replies wait for running ones "
+            "(--memory-budget)",
+            active / 2**30,
+            budget / 2**30,
+        )
+    return True
 
 
 def device_budget(setting_gb: float, gpu: bool) -> int:
