@@ -26,7 +26,7 @@ from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.grammar import grammar_vocab
-from kinfer.engines.llama.memory import device_budget, gguf_state_bytes, llama_account
+from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.sizing import SizePlan, plan_size
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
@@ -491,7 +491,9 @@ class LlamaEngine:
             prefix_hits=pool.hits if pool else 0,
             steps_total=c["steps"],
             memory=llama_account(
-                native.buffer_sizes(self._model) + native.buffer_sizes(self._ctx),
+                native.buffer_sizes(self._model)
+                + native.buffer_sizes(self._ctx)
+                + (self._embedder.buffers if self._embedder else BufferSizes()),
                 weights=self._facts.model_bytes,
                 kv=self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
                 pool_slots=self.plan.pool_slots,

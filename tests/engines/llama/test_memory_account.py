@@ -79,3 +79,13 @@ def test_a_budget_smaller_than_the_plan_shrinks_it_and_replies_still_come(make_e
     prompts = [chat_prompt(small, f"Question {i}: when do you open?", system=SYSTEM) for i in range(3)]
     results = run_jobs(small, [job(f"q{i}", p, max_tokens=4) for i, p in enumerate(prompts)])
     assert all(r.new_tokens == 4 for r in results.values())
+
+
+def test_the_embedding_context_of_a_chat_model_is_counted_once_made(make_engine):
+    engine = make_engine(rows=1, ctx=512)
+    before = engine.stats().memory
+    engine.embed([tuple(engine.embed_tokenize("When do you open?"))])
+
+    after = engine.stats().memory
+    assert after["scratch"] > before["scratch"] and after["kv"] > before["kv"]
+    assert sum(after[part] for part in PARTS) == after["total"] > before["total"]
