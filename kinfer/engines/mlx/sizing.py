@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from kinfer.engines.mlx.kv import BLOCK, PagedLayer
+from kinfer.engines.mlx.prefix import STATE_BYTES
 from kinfer.engines.mlx.state import StateSlots
 from kinfer.errors import EngineFailure, InvalidRequest
 from kinfer.store.model_shape import shape_from_config
@@ -35,7 +36,7 @@ class SizePlan:
     initial_blocks: int
     max_blocks: int
     cache_limit: int = 4 << 30  # bytes of MLX's buffer cache (mx.set_cache_limit)
-    pool_state_bytes: int = 2 << 30  # recurrent-state snapshots the prefix pool keeps at most
+    pool_state_bytes: int = STATE_BYTES  # recurrent-state snapshots the prefix pool keeps at most
     scratch_bytes: int = 0  # what the budget keeps for one step's activations and logits
 
 
@@ -128,7 +129,7 @@ def plan_size(
             f"{available / 2**30:.1f} GiB is free; ask for a smaller context "
             "(num_ctx / --ctx) or fewer rows"
         )
-    pool_state = 2 << 30
+    pool_state = STATE_BYTES
     scratch = _scratch_bytes(config, chunk, rows)
     room = None  # bytes the budget leaves for the rows' KV and state (None: no budget)
     if budget > 0:
