@@ -74,7 +74,7 @@ def llama_account(
 def gguf_state_bytes(path: Path) -> int:
     """Recurrent state per sequence id, from the GGUF header (0 for attention-only models)."""
     try:
-        shape = shape_from_gguf(read_gguf_header(path, max_array=0))
+        shape = shape_from_gguf(read_gguf_header(path))
     except (GGUFFormatError, OSError):
         return 0
     return shape.state_bytes_per_row if shape else 0
