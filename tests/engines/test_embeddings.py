@@ -16,6 +16,7 @@ import pytest
 
 from kinfer.engines.llama.embed import LlamaEmbeddingEngine, gguf_pooling
 from kinfer.engines.llama.engine import LlamaEngine
+from kinfer.engines.memory_account import PARTS
 from kinfer.engines.mlx.embed import MlxEmbeddingEngine
 from kinfer.scheduler.embed_queue import EmbedQueue
 from tests.fixtures.tiny_embed import build_tiny_bert_dir, write_tiny_bert_gguf
@@ -256,3 +257,10 @@ def test_a_request_cancelled_during_its_pass_is_dropped_quietly(bert_llama: Llam
     gone.cancel()  # the client left; its Cancel has not reached the engine thread yet
     queue.run_pass(bert_llama)
     assert not queue and len(kept.result(timeout=1)[0]) == 1
+
+
+def test_both_embedding_engines_report_the_memory_accounts_parts(bert_llama, bert_mlx) -> None:
+    for engine in (bert_llama, bert_mlx):
+        memory = engine.stats().memory
+        assert set(PARTS) | {"total"} <= set(memory), type(engine).__name__
+        assert 0 < memory["weights"] <= memory["total"]

@@ -27,6 +27,7 @@ import numpy as np
 from kinfer.engines.base import EmbeddingSpec, EngineStats, GenerationJob, JobUpdate, ModelInfo, Pooling
 from kinfer.engines.embedding import EMBED_BATCH_TOKENS, GGUF_POOLING, MAX_EMBED_TOKENS, is_matryoshka
 from kinfer.engines.llama import native
+from kinfer.engines.llama.memory import BufferSizes, llama_account, parse_buffer_sizes
 from kinfer.engines.llama.sizing import available_threads
 from kinfer.errors import EngineFailure, InvalidRequest
 
@@ -93,9 +94,11 @@ class LlamaEmbedder:
         params.pooling_type = POOLING_CODE[pooling]
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.no_perf = True
-        self._ctx = lib.llama_init_from_model(model, params)
+        with native.capture_log() as lines:
+            self._ctx = lib.llama_init_from_model(model, params)
         if not self._ctx:
             raise EngineFailure(f"llama.cpp could not create an embedding context of {self.capacity} tokens")
+        self.buffers = parse_buffer_sizes(lines)  # for the memory account
         self._mem = lib.llama_get_memory(self._ctx)
         self.dimensions = native.model_embedding_length(model)
         self._batch = native.TokenBatch(self.capacity)
@@ -276,7 +279,17 @@ class LlamaEmbeddingEngine:
         return EngineStats(
             prompt_tokens_total=self._tokens,
             steps_total=embedder.passes if embedder else 0,
-            memory={"model": self._facts.model_bytes} if hasattr(self, "_facts") else {},
+            memory=(
+                llama_account(
+                    native.buffer_sizes(self._model) + (embedder.buffers if embedder else BufferSizes()),
+                    weights=self._facts.model_bytes,
+                    kv=0,
+                    pool_slots=0,
+                    sequences=0,
+                ).as_dict()
+                if hasattr(self, "_facts")
+                else {}
+            ),
         )
 
     def close(self) -> None:
