@@ -90,8 +90,8 @@ def test_llama_cpp_bert_equals_llama_cpp_python_embed(tiny, bert_llama: LlamaEmb
 def test_llama_cpp_a_batch_of_32_equals_the_32_solo_runs(bert_llama: LlamaEmbeddingEngine) -> None:
     passes = bert_llama.stats().steps_total
     batched = embed_texts(bert_llama, THIRTY_TWO)
-    # ~360 tokens (16-aligned: ~580) in llama_decodes of up to 512 tokens: two passes for 32 inputs
-    assert bert_llama.stats().steps_total == passes + 2
+    # ~360 tokens (16-aligned: ~580) in llama_decodes of up to 64 cells on a CPU: ten passes for 32 inputs
+    assert bert_llama.stats().steps_total == passes + 10
     solo = [embed_texts(bert_llama, [t])[0] for t in THIRTY_TWO]
     assert min(cosine(b, s) for b, s in zip(batched, solo, strict=True)) >= SAME
 
@@ -206,7 +206,7 @@ def test_waiting_requests_share_one_pass(bert_llama: LlamaEmbeddingEngine) -> No
 
     queue = EmbedQueue(lambda callback, *args: callback(*args))
     replies = []
-    for n, text in enumerate(TEXTS[:3]):
+    for n, text in enumerate(TEXTS[:2]):  # two requests of two short inputs: 64 cells, one CPU pass
         reply: Future = Future()
         replies.append(reply)
         request = EmbedRequest(model="tiny-embed", inputs=(text, TEXTS[n + 3]))
