@@ -108,7 +108,9 @@ class EngineStats:
     prefix_lookups: int = 0
     prefix_hits: int = 0
     steps_total: int = 0
-    memory: dict[str, int] = field(default_factory=dict)  # bytes: e.g. mlx_active, mlx_peak, mlx_cache, kv
+    # the memory account (engines/memory_account.py: MemoryAccount.as_dict()), plus "peak" where known and
+    # counts that are not bytes (MLX's kv_blocks_used / kv_blocks_total)
+    memory: dict[str, int] = field(default_factory=dict)
 
 
 class Engine(Protocol):

@@ -13,6 +13,7 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
+from kinfer.engines.memory_account import byte_kinds
 from kinfer.errors import KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
@@ -377,6 +378,8 @@ async def ps() -> Response:
                 "expires_at": expires,
                 "size_vram": 0,
                 "context_length": loaded.info.context_length,
+                # kinfer's memory account of the loaded engine (engines/memory_account.py), in bytes
+                "memory": byte_kinds(loaded.worker.stats.memory),
             }
         )
     return jsonify({"models": models})

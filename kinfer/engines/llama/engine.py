@@ -27,6 +27,7 @@ from kinfer.engines.llama import native
 from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.logits import RowLogits
+from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.rows import Row
 from kinfer.engines.llama.sizing import SizePlan, plan_size
@@ -64,6 +65,7 @@ class LlamaEngine:
         step_tokens: int = 0,
         step_budget_ms: float = 0.0,
         min_ctx: int = 0,
+        memory_budget_gb: float = 0.0,
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -84,7 +86,12 @@ class LlamaEngine:
                 max_sequences=native.max_sequences(),
                 step_tokens=step_tokens,
                 min_ctx=min_ctx,
+                budget=(budget := device_budget(memory_budget_gb, gpu and gpu_layers != 0)),
+                weights=facts.model_bytes,
+                state_bytes_per_row=gguf_state_bytes(Path(path)),
+                n_vocab=self._vocab.n_tokens,
             )
+            self._budget = budget
             plan = self.plan
             self._ctx = native.create_context(
                 self._model,
@@ -332,10 +339,13 @@ class LlamaEngine:
     def _sample(self, row: Row, index: int) -> JobUpdate:
         """Draw the row's next token from the logits at batch `index` (biased and masked first)."""
         grammar = row.grammar
-        alive, logprobs = self._logits.prepare(self._ctx, row, index)
+        if row.argmax_draw:
+            alive, token, logprobs = self._logits.draw_greedy(self._ctx, row, index)
+        else:
+            alive, logprobs = self._logits.prepare(self._ctx, row, index)
+            token = native.sampler_sample(row.sampler, self._ctx, index) if alive else -1
         if not alive:
             return self._finish(row, "error", flush=True, error=grammar.error if grammar else None)
-        token = native.sampler_sample(row.sampler, self._ctx, index)
         row.generated += 1
         self._counters["generated"] += 1
         piece = self._vocab.piece(token)
@@ -422,10 +432,16 @@ class LlamaEngine:
             prefix_lookups=pool.lookups if pool else 0,
             prefix_hits=pool.hits if pool else 0,
             steps_total=c["steps"],
-            memory={
-                "kv": self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
-                "model": self._facts.model_bytes,
-            },
+            memory=llama_account(
+                native.buffer_sizes(self._model)
+                + native.buffer_sizes(self._ctx)
+                + (self._embedder.buffers if self._embedder else BufferSizes()),
+                weights=self._facts.model_bytes,
+                kv=self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
+                pool_slots=self.plan.pool_slots,
+                sequences=self.plan.n_seq,
+                budget=self._budget,
+            ).as_dict(),
         )
 
     def pool_entries(self) -> list[tuple[int, ...]]:

@@ -6,6 +6,7 @@ import numpy as np
 
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob
+from kinfer.engines.llama.native import has_penalties
 from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 
@@ -14,6 +15,7 @@ class Row:
     """One reply in sequence id `seq` (engine-internal)."""
 
     __slots__ = (
+        "argmax_draw",
         "bias",
         "checkpoints",
         "decoder",
@@ -43,6 +45,8 @@ class Row:
         self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
         self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
         self.bias: tuple[np.ndarray, np.ndarray] | None = bias_arrays(job.sampling)
+        # greedy with no penalties: the engine takes the argmax itself (RowLogits.draw_greedy)
+        self.argmax_draw = job.sampling.greedy and not has_penalties(job.sampling)
 
     @property
     def prefilling(self) -> bool:

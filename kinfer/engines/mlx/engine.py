@@ -41,6 +41,7 @@ from kinfer.engines.mlx.kv import (
     install_attention_hook,
 )
 from kinfer.engines.mlx.logits import grammar_words
+from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
@@ -82,6 +83,7 @@ class MlxEngine:
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
         min_ctx: int = 0,
+        memory_budget_gb: float = 0.0,
     ) -> None:
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
@@ -108,6 +110,8 @@ class MlxEngine:
             layer.fused_decode = fused_decode
         self._gated_delta = gated_delta
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        self._budget = device_budget(memory_budget_gb, gpu)
+        self._weights = weight_bytes(self._model)
         self.plan = plan_size(
             rows=rows,
             ctx=ctx,
@@ -118,7 +122,11 @@ class MlxEngine:
             prefix_cache=prefix_cache,
             prefill_chunk=prefill_chunk,
             min_ctx=min_ctx,
+            budget=self._budget,
+            weights=self._weights,
+            cache_limit=int(cache_limit_gb * (1 << 30)),
         )
+        mx.set_cache_limit(self.plan.cache_limit)
         for layer in recurrent:
             layer.rows = self.plan.rows
         self._eos = directory.eos_ids
@@ -139,7 +147,12 @@ class MlxEngine:
 
         self._alloc = BlockAllocator()
         self._pool = (
-            PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent))
+            PrefixPool(
+                self._alloc,
+                self.plan.pool_entries,
+                exact_only=bool(recurrent),
+                state_bytes=self.plan.pool_state_bytes,
+            )
             if prefix_cache
             else None
         )
@@ -191,6 +204,8 @@ class MlxEngine:
 
     @property
     def free_rows(self) -> int:
+        if self._rows and over_budget(self._budget):
+            return 0  # over the memory budget: new rows wait for running ones to finish
         return self._slots.count(None)
 
     @property
@@ -258,8 +273,13 @@ class MlxEngine:
 
     def stats(self) -> EngineStats:
         c = self._counts
-        kv = sum(layer.nbytes for layer in self._paged)
-        state = sum(layer.nbytes for layer in self._layers if isinstance(layer, StateSlots))
+        account = mlx_account(
+            weights=self._weights,
+            paged=self._paged,
+            recurrent=[layer for layer in self._layers if isinstance(layer, StateSlots)],
+            pool=self._pool,
+            budget=self._budget,
+        )
         return EngineStats(
             rows_total=self.plan.rows,
             rows_busy=len(self._rows),
@@ -271,13 +291,10 @@ class MlxEngine:
             prefix_hits=self._pool.hits if self._pool else 0,
             steps_total=c["steps"],
             memory={
-                "mlx_active": mx.get_active_memory(),
-                "mlx_peak": mx.get_peak_memory(),
-                "mlx_cache": mx.get_cache_memory(),
-                "kv": kv,
+                **account.as_dict(),
+                "peak": mx.get_peak_memory(),
                 "kv_blocks_used": self._alloc.used,
                 "kv_blocks_total": self._alloc.total,
-                "state": state,
             },
         )
 
