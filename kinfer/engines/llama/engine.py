@@ -103,7 +103,8 @@ class LlamaEngine:
                 gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
-            self._budget = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
+            # prompt chunks beside generating rows keep to the step time budget (not the memory budget)
+            self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
         except BaseException:
             self.close()
             raise
@@ -279,7 +280,7 @@ class LlamaEngine:
                     row.pending = None
                     changed[row.job.job_id] = self._sample(row, index)
             done += batch.n
-            self._budget.decoded(time.perf_counter() - began)
+            self._pacer.decoded(time.perf_counter() - began)
         # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
         # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
         # rows would be cut anyway, and its first token would go alone: a lone token's attention
@@ -287,7 +288,7 @@ class LlamaEngine:
         for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
             start = len(row.tokens)
             spent = time.perf_counter() - began  # beside generating rows, the time budget sizes the chunk
-            cap = self._budget.room(self.plan.n_batch - done, bool(generating), done - len(generating), spent)
+            cap = self._pacer.room(self.plan.n_batch - done, bool(generating), done - len(generating), spent)
             end = self._chunk_end(row, start, cap)
             if end == start:
                 continue
@@ -300,7 +301,7 @@ class LlamaEngine:
             chunk_began = time.perf_counter()
             if not self._decode([row], changed):
                 continue
-            self._budget.prefilled(end - start, time.perf_counter() - chunk_began)
+            self._pacer.prefilled(end - start, time.perf_counter() - chunk_began)
             row.tokens.extend(prompt[start:end])
             self._counters["prompt"] += end - start
             if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
@@ -312,7 +313,7 @@ class LlamaEngine:
             else:
                 changed[row.job.job_id] = self._update(row)
         if generating:
-            self._budget.took(done - len(generating))
+            self._pacer.took(done - len(generating))
         if done:
             self._counters["steps"] += 1
             self._counters["last"] = done
