@@ -86,6 +86,13 @@ class Settings:
     prefill_chunk: int = _setting(
         0, "MLX: prompt tokens prefilled per step (0: 2048 on a GPU, 128 on a CPU)", group=ENGINE
     )
+    step_budget_ms: float = _setting(
+        0.0,
+        "both engines: step time aimed at while replies decode; prompt chunks beside them shrink or grow "
+        "with the measured prefill speed to fit it "
+        "(0: automatic, 2.5 decode steps, at least 50 ms on a GPU, 300 ms on a CPU)",
+        group=ENGINE,
+    )
 
     exact_prefix: bool = _setting(
         False,

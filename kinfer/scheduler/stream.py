@@ -64,7 +64,6 @@ class RequestStream:
         self.model = model
         self.state: RequestState = "queued"
         self.created = time.monotonic() if arrived is None else arrived
-        self.accepted: asyncio.Future[PreparedJob] = asyncio.get_running_loop().create_future()
         self.prompt_tokens = 0
         self.prompt_processed = 0
         self.reused = 0
@@ -94,8 +93,6 @@ class RequestStream:
         self._pipeline = OutputPipeline(
             rendered.traits, starts_in_thinking=rendered.starts_in_thinking, tools=self.request.tools
         )
-        if not self.accepted.done():
-            self.accepted.set_result(prepared)
 
     def on_admitted(self, reused: int = 0) -> None:
         """The job took a row, adopting `reused` prompt tokens from the prefix pool: prefill starts now.
@@ -139,8 +136,6 @@ class RequestStream:
     def on_error(self, error: Exception) -> None:
         if self.finish is not None:
             return
-        if not self.accepted.done():
-            self.accepted.set_exception(error)
         if self.state == "queued":
             self._queued_error = error
         self.state = "failed"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
+from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.logits import RowLogits
 from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
@@ -30,6 +32,7 @@ from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.rows import Row
 from kinfer.engines.llama.sizing import SizePlan, plan_size
 from kinfer.engines.logprobs import check_bias_ids
+from kinfer.engines.prefill_budget import PrefillBudget
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 from kinfer.protocol import FinishReason, TokenLogprob
 
@@ -43,8 +46,9 @@ class LlamaEngine:
     layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
     exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
     step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
-    smaller budget keeps generating rows moving while long prompts prefill. min_ctx: raises an
-    automatic ctx to a request's larger one (sizing.plan_size).
+    smaller budget keeps generating rows moving while long prompts prefill. step_budget_ms: the
+    step time prompt chunks fit in while rows generate (0: automatic; prefill_budget.py). min_ctx:
+    raises an automatic ctx to a request's larger one (sizing.plan_size).
     """
 
     def __init__(
@@ -59,6 +63,7 @@ class LlamaEngine:
         gpu_layers: int = -1,
         exact_prefix: bool | None = None,
         step_tokens: int = 0,
+        step_budget_ms: float = 0.0,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
     ) -> None:
@@ -98,6 +103,8 @@ class LlamaEngine:
                 gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
+            # prompt chunks beside generating rows keep to the step time budget (not the memory budget)
+            self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
         except BaseException:
             self.close()
             raise
@@ -258,6 +265,7 @@ class LlamaEngine:
             return updates
         changed: dict[str, JobUpdate] = {}
         done = 0  # tokens evaluated in this step
+        began = time.perf_counter()
         generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
         if generating:
             batch.clear()
@@ -272,13 +280,16 @@ class LlamaEngine:
                     row.pending = None
                     changed[row.job.job_id] = self._sample(row, index)
             done += batch.n
+            self._pacer.decoded(time.perf_counter() - began)
         # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
         # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
         # rows would be cut anyway, and its first token would go alone: a lone token's attention
         # takes another kernel, and the row would no longer reproduce its solo run.
         for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
             start = len(row.tokens)
-            end = self._chunk_end(row, start, self.plan.n_batch - done)
+            spent = time.perf_counter() - began  # beside generating rows, the time budget sizes the chunk
+            cap = self._pacer.room(self.plan.n_batch - done, bool(generating), done - len(generating), spent)
+            end = self._chunk_end(row, start, cap)
             if end == start:
                 continue
             prompt, last = row.job.prompt, len(row.job.prompt) - 1
@@ -287,8 +298,10 @@ class LlamaEngine:
             for pos in range(start, end):
                 batch.add(prompt[pos], pos, row.seq, wants_logits and pos == last)
             done += batch.n
+            chunk_began = time.perf_counter()
             if not self._decode([row], changed):
                 continue
+            self._pacer.prefilled(end - start, time.perf_counter() - chunk_began)
             row.tokens.extend(prompt[start:end])
             self._counters["prompt"] += end - start
             if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
@@ -299,6 +312,8 @@ class LlamaEngine:
                 changed[row.job.job_id] = self._finish(row, "length", flush=True)
             else:
                 changed[row.job.job_id] = self._update(row)
+        if generating:
+            self._pacer.took(done - len(generating))
         if done:
             self._counters["steps"] += 1
             self._counters["last"] = done
@@ -317,25 +332,10 @@ class LlamaEngine:
         return False
 
     def _chunk_end(self, row: Row, start: int, budget: int) -> int:
-        """Where this step's prompt chunk for `row` ends (== start: wait for the next step).
-
-        No prompt token is ever evaluated alone in a micro-batch (a lone token takes another
-        attention kernel, so a cold run, a chunked run and a run adopted from the pool would differ):
-        a chunk never leaves exactly one token behind, and never splits into micro-batches with a
-        lone one at the end. With exact checkpoints, a chunk also stops at the next checkpoint,
-        because recurrent state can only be saved as it stands after a decode.
-        """
-        length = len(row.job.prompt)
-        limit = min(length, start + budget)
-        at_checkpoint = False
-        if self._pool is not None and self._pool.exact_only:
-            checkpoint = min((c for c in row.checkpoints if start < c < limit), default=limit)
-            limit, at_checkpoint = checkpoint, checkpoint < limit
-        for end in range(limit, start + 1, -1):
-            if length - end != 1 and (end - start) % self.plan.n_ubatch != 1:
-                return end
-        # nothing pairs up: a lone token is all there is before the prompt's end or a checkpoint
-        return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
+        """Where this step's prompt chunk for `row` ends (== start: wait for the next step)."""
+        exact = self._pool is not None and self._pool.exact_only
+        checkpoints = row.checkpoints if exact else ()
+        return chunk_end(len(row.job.prompt), start, budget, self.plan.n_ubatch, checkpoints)
 
     def _sample(self, row: Row, index: int) -> JobUpdate:
         """Draw the row's next token from the logits at batch `index` (biased and masked first)."""

@@ -17,6 +17,7 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,11 +44,12 @@ from kinfer.engines.mlx.logits import grammar_words
 from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.rows import Inflight, Row, StepBatch
+from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class MlxEngine:
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
     cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    step_budget_ms: the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
@@ -74,6 +77,7 @@ class MlxEngine:
         prefix_cache: bool = True,
         cache_limit_gb: float = 4.0,
         prefill_chunk: int = 0,
+        step_budget_ms: float = 0.0,
         self_check: bool = True,
         fused_decode: bool = True,
         gated_delta: bool = True,
@@ -161,6 +165,7 @@ class MlxEngine:
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
+        self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
@@ -254,12 +259,14 @@ class MlxEngine:
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
+        read_back, prompt = self._inflight is not None, self._counts["prompt"]
         try:
             dispatched = self._dispatch(updates)
             if self._inflight is not None:
                 updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._counts["prompt"] - prompt)
         self._inflight = dispatched
         self._counts["steps"] += 1
         return updates
@@ -317,7 +324,12 @@ class MlxEngine:
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
         decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
-        for length, group in self._plan_prefill(filling):
+        # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
+        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding))
+        chunks = plan_prefill(filling, room)
+        if decoding:
+            self._clock.budget.took(sum(length * len(group) for length, group in chunks))
+        for length, group in chunks:
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
@@ -384,18 +396,6 @@ class MlxEngine:
             updates.append(row.dead_end())
             self._release(row, save=False)
         return logits if words is None else mask_logits(logits, mx.array(words))
-
-    def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
-        """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
-        budget = self.plan.prefill_chunk
-        groups: dict[int, list[Row]] = {}
-        for row in rows:
-            if budget <= 0:
-                break
-            length = min(row.next_chunk(), budget)
-            budget -= length
-            groups.setdefault(length, []).append(row)
-        return list(groups.items())
 
     def _prefill(self, rows: list[Row], length: int) -> int:
         for row in rows:

@@ -136,6 +136,19 @@ class Row:
         )
 
 
+def plan_prefill(rows: list[Row], budget: int) -> list[tuple[int, list[Row]]]:
+    """This step's prompt chunks within `budget` tokens, first come first served, grouped by chunk
+    length (one pass each)."""
+    groups: dict[int, list[Row]] = {}
+    for row in rows:
+        if budget <= 0:
+            break
+        length = min(row.next_chunk(), budget)
+        budget -= length
+        groups.setdefault(length, []).append(row)
+    return list(groups.items())
+
+
 @dataclass(frozen=True)
 class DecodePlan:
     """What stays the same while the decode batch keeps the same rows."""
