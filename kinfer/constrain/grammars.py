@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from llguidance import LLMatcher
-
 from kinfer.chat.traits import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolFormat
+from kinfer.constrain.library import LLMatcher
 from kinfer.protocol import ToolSpec
 
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

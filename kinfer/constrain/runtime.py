@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-from llguidance import LLMatcher, LLTokenizer
-from llguidance.numpy import fill_next_token_bitmask
 
+from kinfer.constrain.library import LLMatcher, LLTokenizer, fill_next_token_bitmask
 from kinfer.constrain.spec import Constraint
 from kinfer.errors import InvalidRequest
 

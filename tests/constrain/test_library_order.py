@@ -2,7 +2,8 @@
 
 On the H200 (CUDA llama.cpp), loading llguidance's library first made every later GGUF model load
 segfault: the server imports the constraint code at start and loads llama.cpp models on demand, so
-it crashed on its first request. The constraint package loads llama_cpp first; this pins it.
+it crashed on its first request. `kinfer.constrain.library`, the one module importing llguidance, loads
+llama_cpp first; this pins it.
 """
 
 from __future__ import annotations
