@@ -21,59 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable, RowGrammar
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import native
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.grammar import grammar_vocab
 from kinfer.engines.llama.prefix import PrefixPool
+from kinfer.engines.llama.rows import Row, RowKey
 from kinfer.engines.llama.sizing import SizePlan, plan_size
-from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 from kinfer.protocol import FinishReason
 
 log = logging.getLogger(__name__)
-
-
-class _Row:
-    """The mutable state of one reply in progress (engine-internal)."""
-
-    __slots__ = (
-        "checkpoints",
-        "decoder",
-        "generated",
-        "grammar",
-        "job",
-        "matcher",
-        "order",
-        "pending",
-        "reused",
-        "sampler",
-        "seq",
-        "tokens",
-    )
-
-    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
-        self.seq = seq
-        self.job = job
-        self.order = order  # submission order: waiting prompts are prefilled first come, first served
-        self.sampler = sampler
-        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
-        self.reused = 0
-        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
-        self.generated = 0
-        self.decoder = Utf8Decoder()
-        self.matcher = StopStringMatcher(job.stop)
-        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
-        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
-
-    @property
-    def prefilling(self) -> bool:
-        return len(self.tokens) < len(self.job.prompt)
-
-    @property
-    def prompt_processed(self) -> int:
-        return min(len(self.tokens), len(self.job.prompt))
 
 
 class LlamaEngine:
@@ -168,7 +127,7 @@ class LlamaEngine:
         )
         self._gpu = gpu and gpu_layers != 0
         self._embedder: LlamaEmbedder | None = None  # made on the first embedding request
-        self._rows: dict[str, _Row] = {}
+        self._rows: dict[RowKey, Row] = {}
         self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
@@ -240,10 +199,11 @@ class LlamaEngine:
         return bool(self._rows or self._finished)
 
     def submit(self, job: GenerationJob) -> int:
-        """Give the job a row, adopting the longest saved prefix of its prompt from the pool; returns
-        how many prompt tokens were adopted."""
+        """Give the job a row per choice, adopting the longest saved prefix of its prompt from the
+        pool; returns how many prompt tokens were adopted. The prompt is prefilled in the first row
+        only; the others are held until it is in, then take a copy of its KV (`_fork`)."""
         self._check_open()
-        if job.job_id in self._rows:
+        if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
             raise InvalidRequest("the prompt is empty")
@@ -253,33 +213,53 @@ class LlamaEngine:
                 prompt_tokens=len(job.prompt),
                 limit=self._row_len,
             )
-        if not self._free_seqs:
+        if len(self._free_seqs) < max(1, job.choices):
             raise Busy("no free row", retry_after=1.0)
         grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
         # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
         # streams), so keep the busy ids packed at the bottom
         seq = heapq.heappop(self._free_seqs)
-        sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
-        row = _Row(seq, job, self._submitted, sampler)
+        row = Row(seq, job, self._submitted, self._make_sampler(job, 0))
+        row.reserved = [heapq.heappop(self._free_seqs) for _ in range(job.choices - 1)]
         row.grammar = grammar
         self._submitted += 1
         if self._pool is not None:
             row.reused = self._pool.adopt(seq, job.prompt)
             row.tokens = list(job.prompt[: row.reused])
             self._counters["reused"] += row.reused
-        if native.has_penalties(job.sampling):
-            # penalties look back over the prompt's tail too, as llama-server does
-            window = native.penalty_window(job.sampling, self._row_len)
-            for token in job.prompt[-window:]:
-                native.sampler_accept(sampler, token)
-        self._rows[job.job_id] = row
+        self._rows[row.key] = row
         return row.reused
 
+    def _make_sampler(self, job: GenerationJob, choice: int) -> int:
+        sampling = choice_sampling(job.sampling, choice)
+        sampler = native.make_sampler(sampling, self._vocab.n_tokens, self._row_len)
+        if native.has_penalties(sampling):
+            # penalties look back over the prompt's tail too, as llama-server does
+            window = native.penalty_window(sampling, self._row_len)
+            for token in job.prompt[-window:]:
+                native.sampler_accept(sampler, token)
+        return sampler
+
+    def _fork(self, parent: Row) -> list[Row]:
+        """The job's other choices, once its prompt is in `parent`'s sequence: each reserved sequence
+        gets a copy of the prompt's KV (no recompute) and a sampler and grammar of its own."""
+        job, siblings = parent.job, []
+        for choice, seq in enumerate(parent.reserved, start=1):
+            native.seq_copy(self._mem, parent.seq, seq)
+            row = Row(seq, job, parent.order, self._make_sampler(job, choice), choice)
+            row.tokens = list(parent.tokens)
+            row.reused = parent.reused
+            if job.constraint is not None:
+                row.grammar = self._grammar_vocab().start(job.constraint)
+            self._rows[row.key] = row
+            siblings.append(row)
+        parent.reserved = []
+        return siblings
+
     def cancel(self, job_id: str) -> None:
-        """Free the job's row now (prefilling or generating); the next step reports it cancelled."""
-        row = self._rows.get(job_id)
-        if row is not None:
-            self._finished.append(self._finish(row, "cancelled"))
+        """Free the job's rows now (prefilling or generating); the next step reports them cancelled."""
+        for key in [key for key in self._rows if key[0] == job_id]:
+            self._finished.append(self._finish(self._rows[key], "cancelled"))
 
     # ---- the step -----------------------------------------------------------------------------
 
@@ -290,7 +270,7 @@ class LlamaEngine:
         batch = self._batch
         if batch is None or not self._rows:
             return updates
-        changed: dict[str, JobUpdate] = {}
+        changed: dict[RowKey, JobUpdate] = {}
         done = 0  # tokens evaluated in this step
         generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
         if generating:
@@ -305,7 +285,7 @@ class LlamaEngine:
                 for row, index in zip(generating, at, strict=True):
                     row.tokens.append(row.pending)
                     row.pending = None
-                    changed[row.job.job_id] = self._sample(row, index)
+                    changed[row.key] = self._sample(row, index)
             done += batch.n
         # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
         # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
@@ -329,18 +309,21 @@ class LlamaEngine:
             if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
                 self._pool.save(row.seq, row.tokens)
             if wants_logits:
-                changed[row.job.job_id] = self._sample(row, batch.n - 1)
+                # the other choices draw their first token from the same logits, each its own way
+                for sibling in self._fork(row):
+                    changed[sibling.key] = self._sample(sibling, batch.n - 1)
+                changed[row.key] = self._sample(row, batch.n - 1)
             elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
-                changed[row.job.job_id] = self._finish(row, "length", flush=True)
+                changed[row.key] = self._finish(row, "length", flush=True)
             else:
-                changed[row.job.job_id] = self._update(row)
+                changed[row.key] = self._update(row)
         if done:
             self._counters["steps"] += 1
             self._counters["last"] = done
         updates.extend(changed.values())
         return updates
 
-    def _decode(self, rows: list[_Row], changed: dict[str, JobUpdate]) -> bool:
+    def _decode(self, rows: list[Row], changed: dict[RowKey, JobUpdate]) -> bool:
         """Run the batch; on failure, end its rows with "error" (the other rows carry on)."""
         assert self._batch is not None
         rc = native.decode(self._ctx, self._batch)
@@ -348,10 +331,10 @@ class LlamaEngine:
             return True
         log.error("llama_decode failed (%d) on %d tokens; ending %d row(s)", rc, self._batch.n, len(rows))
         for row in rows:
-            changed[row.job.job_id] = self._finish(row, "error")
+            changed[row.key] = self._finish(row, "error")
         return False
 
-    def _chunk_end(self, row: _Row, start: int, budget: int) -> int:
+    def _chunk_end(self, row: Row, start: int, budget: int) -> int:
         """Where this step's prompt chunk for `row` ends (== start: wait for the next step).
 
         No prompt token is ever evaluated alone in a micro-batch (a lone token takes another
@@ -372,7 +355,7 @@ class LlamaEngine:
         # nothing pairs up: a lone token is all there is before the prompt's end or a checkpoint
         return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
 
-    def _sample(self, row: _Row, index: int) -> JobUpdate:
+    def _sample(self, row: Row, index: int) -> JobUpdate:
         grammar = row.grammar
         if grammar is not None and not self._mask_logits(row, grammar, index):
             return self._finish(row, "error", flush=True, error=grammar.error)
@@ -405,11 +388,11 @@ class LlamaEngine:
             self._masks = MaskTable(self.plan.rows, self._grammar, unpack=True)
         return self._grammar
 
-    def _prefetch_masks(self, rows: list[_Row]) -> None:
+    def _prefetch_masks(self, rows: list[Row]) -> None:
         if self._masks is not None:
             self._masks.prefetch([(r.seq, r.grammar) for r in rows if r.grammar is not None])
 
-    def _mask_logits(self, row: _Row, grammar: RowGrammar, index: int) -> bool:
+    def _mask_logits(self, row: Row, grammar: RowGrammar, index: int) -> bool:
         """Forbid the tokens the row's grammar forbids, on llama.cpp's own logits for `index`. False
         when the grammar allows nothing at all (a dead end)."""
         masks = self._masks
@@ -424,18 +407,19 @@ class LlamaEngine:
         np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
         return True
 
-    def _update(self, row: _Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
+    def _update(self, row: Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
         return JobUpdate(
             job_id=row.job.job_id,
             text=text,
             new_tokens=new_tokens,
             prompt_processed=row.prompt_processed,
             reused_tokens=row.reused,
+            choice=row.choice,
         )
 
     def _finish(
         self,
-        row: _Row,
+        row: Row,
         reason: FinishReason,
         *,
         text: str = "",
@@ -455,8 +439,13 @@ class LlamaEngine:
             self._pool.save(row.seq, row.tokens)
         native.seq_clear(self._mem, row.seq)
         native.free_sampler(row.sampler)
-        del self._rows[row.job.job_id]
+        del self._rows[row.key]
         heapq.heappush(self._free_seqs, row.seq)
+        if row.reserved:  # ended before its prompt was in: the other choices end with it, unborn
+            for choice, seq in enumerate(row.reserved, start=1):
+                heapq.heappush(self._free_seqs, seq)
+                self._finished.append(JobUpdate(row.job.job_id, finish=reason, choice=choice))
+            row.reserved = []
         return JobUpdate(
             job_id=row.job.job_id,
             text=text,
@@ -466,6 +455,7 @@ class LlamaEngine:
             finish=reason,
             stop_string=stop_string,
             error=error if reason == "error" else None,
+            choice=row.choice,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------
@@ -475,7 +465,7 @@ class LlamaEngine:
         pool = self._pool
         return EngineStats(
             rows_total=self.plan.rows,
-            rows_busy=len(self._rows),
+            rows_busy=self.plan.rows - len(self._free_seqs),
             tokens_last_step=c["last"],
             prompt_tokens_total=c["prompt"],
             generated_tokens_total=c["generated"],

@@ -17,14 +17,15 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
-from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
+from kinfer.engines.mlx import blas, check, fuse
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -36,9 +37,9 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.model import load_weights, read_model_directory
+from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.rows import Row, StepBatch
+from kinfer.engines.mlx.rows import Row, StepBatch, plan_prefill
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
@@ -135,12 +136,13 @@ class MlxEngine:
             if prefix_cache
             else None
         )
-        self._batch = StepBatch(self.plan.rows, self.plan.ctx, self._model_vocab())
+        self._batch = StepBatch(self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size))
         self._grow(self.plan.initial_blocks)
         # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
         self._history: mx.array | None = None
-        self._rows: dict[str, Row] = {}
+        self._rows: dict[tuple[str, int], Row] = {}
         self._slots: list[Row | None] = [None] * self.plan.rows
+        self._held = 0  # free slots promised to choices not forked yet (Row.unborn)
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: tuple[mx.array, list[Row]] | None = None
@@ -148,7 +150,8 @@ class MlxEngine:
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         if self_check:
-            self._self_check()
+            # kinfer's caches must give mlx-lm's logits; an architecture that does not fails here, at load
+            check.self_check(self)
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -182,15 +185,16 @@ class MlxEngine:
 
     @property
     def free_rows(self) -> int:
-        return self._slots.count(None)
+        return self._slots.count(None) - self._held
 
     @property
     def has_work(self) -> bool:
         return bool(self._rows) or self._inflight is not None or bool(self._finished_early)
 
     def submit(self, job: GenerationJob) -> int:
-        """Give the job a row, adopting a saved prefix; returns how many prompt tokens were adopted."""
-        if job.job_id in self._rows:
+        """Give the job a row, adopting a saved prefix; returns how many prompt tokens were adopted.
+        The job's other choices hold free slots until its prompt is in, then fork from it (`_fork`)."""
+        if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
             raise InvalidRequest("empty prompt")
@@ -203,18 +207,21 @@ class MlxEngine:
         if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
         if job.max_tokens <= 0:
-            self._finished_early.append(JobUpdate(job.job_id, finish="length"))
+            self._finished_early.extend(
+                JobUpdate(job.job_id, finish="length", choice=c) for c in range(job.choices)
+            )
             return 0
-        try:
-            slot = self._slots.index(None)
-        except ValueError:
-            raise Busy("no free row", retry_after=1.0) from None
+        if self.free_rows < max(1, job.choices):
+            raise Busy("no free row", retry_after=1.0)
+        slot = self._slots.index(None)
         grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
         self._order += 1
         row = Row(slot, job, self._order, self.plan.ctx, self._tokenizer.piece)
         row.grammar = grammar
+        row.unborn = job.choices - 1
+        self._held += row.unborn
         self._slots[slot] = row
-        self._rows[job.job_id] = row
+        self._rows[row.key] = row
         for layer in self._layers:
             if isinstance(layer, StateSlots):
                 layer.reset(slot)
@@ -226,11 +233,10 @@ class MlxEngine:
         return row.reused
 
     def cancel(self, job_id: str) -> None:
-        row = self._rows.get(job_id)
-        if row is None:
-            return
-        self._release(row, save=False)
-        self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
+        for key in [key for key in self._rows if key[0] == job_id]:
+            row = self._rows[key]
+            self._release(row, save=False)
+            self._finished_early.append(JobUpdate(job_id, finish="cancelled", choice=row.choice))
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
@@ -290,12 +296,14 @@ class MlxEngine:
 
     def _dispatch(self, updates: list[JobUpdate]) -> tuple[mx.array, list[Row]] | None:
         """Build this step's passes and start them on the device; returns the decode pass's tokens."""
+        for row in [r for r in self._slots if r is not None and r.unborn and r.ready]:
+            self._fork(row)
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
         tokens = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
-        for length, group in self._plan_prefill(filling):
+        for length, group in plan_prefill(filling, self.plan.prefill_chunk):
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
@@ -371,18 +379,6 @@ class MlxEngine:
                 words[i] = masks.words[row.slot]
         return mask_logits(logits, mx.array(words))
 
-    def _plan_prefill(self, rows: list[Row]) -> list[tuple[int, list[Row]]]:
-        """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
-        budget = self.plan.prefill_chunk
-        groups: dict[int, list[Row]] = {}
-        for row in rows:
-            if budget <= 0:
-                break
-            length = min(row.next_chunk(), budget)
-            budget -= length
-            groups.setdefault(length, []).append(row)
-        return list(groups.items())
-
     def _prefill(self, rows: list[Row], length: int) -> int:
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
@@ -426,7 +422,38 @@ class MlxEngine:
             for layer in self._layers
         ]
 
+    def _fork(self, parent: Row) -> None:
+        """The job's other choices, once all of its prompt but the last token is in `parent`: each
+        takes a free slot sharing the parent's KV blocks (its own copy of a part-filled last one) and
+        recurrent state, then feeds the last prompt token in the same decode pass as the parent."""
+        job = parent.job
+        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        states = [layer.snapshot(parent.slot) for layer in recurrent]
+        for choice in range(1, parent.unborn + 1):
+            slot = self._slots.index(None)
+            self._order += 1
+            own = replace(job, sampling=choice_sampling(job.sampling, choice))
+            row = Row(slot, own, self._order, self.plan.ctx, self._tokenizer.piece, choice)
+            if job.constraint is not None:
+                row.grammar = self._grammar_vocab().start(job.constraint)
+            self._slots[slot] = row
+            self._rows[row.key] = row
+            self._share(row, parent.blocks, parent.fed, parent.reused)
+            for layer, snap in zip(recurrent, states, strict=True):
+                layer.restore(slot, snap)
+            if needs_penalties(own.sampling):
+                self._init_history(row)
+        self._held -= parent.unborn
+        parent.unborn = 0
+        self._batch.changed()
+
     def _release(self, row: Row, *, save: bool) -> None:
+        if row.unborn:  # ended before its prompt was in: the other choices end with it, unborn
+            self._held -= row.unborn
+            self._finished_early.extend(
+                JobUpdate(row.job.job_id, finish="cancelled", choice=c) for c in range(1, row.unborn + 1)
+            )
+            row.unborn = 0
         row.done = True
         if save and self._pool is not None and row.fed >= 1:
             self._save(row, row.fed)
@@ -434,7 +461,7 @@ class MlxEngine:
         row.blocks = []
         self._batch.clear_table(row.slot)
         self._slots[row.slot] = None
-        del self._rows[row.job.job_id]
+        del self._rows[row.key]
         self._batch.changed()
 
     def _save(self, row: Row, length: int) -> None:
@@ -446,23 +473,28 @@ class MlxEngine:
         if found is None:
             return
         entry, shared = found
-        whole, part = divmod(shared, BLOCK)
-        row.blocks = list(entry.blocks[:whole])
-        self._alloc.hold(row.blocks)
-        if part:
-            # the last block is shared only partly: the row writes into its own copy
-            (block,) = self._take_blocks(1)
-            for layer in self._paged:
-                layer.copy_block(entry.blocks[whole], block)
-            row.blocks.append(block)
+        self._share(row, entry.blocks, shared, shared)
         if entry.states is not None:
             recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
             for layer, snap in zip(recurrent, entry.states, strict=True):
                 layer.restore(row.slot, snap)
-        row.fed = row.reused = shared
+        self._counts["reused"] += shared
+
+    def _share(self, row: Row, blocks: list[int], shared: int, reused: int) -> None:
+        """Start `row` with the first `shared` tokens' KV of `blocks` (a pool entry's, or a sibling
+        choice's): whole blocks are shared, a part-filled last one is copied (the row writes into it)."""
+        whole, part = divmod(shared, BLOCK)
+        row.blocks = list(blocks[:whole])
+        self._alloc.hold(row.blocks)
+        if part:
+            (block,) = self._take_blocks(1)
+            for layer in self._paged:
+                layer.copy_block(blocks[whole], block)
+            row.blocks.append(block)
+        row.fed = shared
+        row.reused = reused
         self._batch.set_table(row.slot, row.blocks)
         self._batch.set_position(row.slot, shared)
-        self._counts["reused"] += shared
 
     def _ensure_blocks(self, row: Row, tokens: int) -> None:
         need = (tokens + BLOCK - 1) // BLOCK - len(row.blocks)
@@ -491,34 +523,6 @@ class MlxEngine:
         tail = list(row.job.prompt[-PENALTY_WINDOW_MAX:])
         padded = [-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail
         self._history[row.slot] = mx.array(padded, dtype=mx.int32)
-
-    def _model_vocab(self) -> int:
-        from mlx.utils import tree_flatten
-
-        for key, value in tree_flatten(self._model.parameters()):
-            if key.endswith("embed_tokens.weight"):
-                return int(value.shape[0])
-        return self._tokenizer.vocab_size
-
-    # ---- load-time check ----------------------------------------------------------------------
-
-    def _self_check(self) -> None:
-        """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
-
-        An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
-        or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-        producing wrong text later."""
-        from kinfer.engines.mlx.check import check_engine_layers
-
-        try:
-            check_engine_layers(self)
-        except EngineFailure:
-            raise
-        except Exception as exc:
-            arch = self.info.architecture
-            raise EngineFailure(
-                f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
-            ) from exc
 
 
 def _arrays(layer) -> list[mx.array]:

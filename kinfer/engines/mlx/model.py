@@ -109,3 +109,13 @@ def load_weights(path: Path):
     except ValueError as exc:  # unsupported model_type, bad quantization config, mismatched weights
         raise EngineFailure(f"{path}: mlx-lm cannot load this model: {exc}") from exc
     return model
+
+
+def model_vocab(model, fallback: int) -> int:
+    """Rows of the model's token embedding (may exceed the tokenizer's vocabulary); `fallback` if none."""
+    from mlx.utils import tree_flatten
+
+    for key, value in tree_flatten(model.parameters()):
+        if key.endswith("embed_tokens.weight"):
+            return int(value.shape[0])
+    return fallback

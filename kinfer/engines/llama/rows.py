@@ -1,0 +1,59 @@
+"""Per-reply state of the llama.cpp engine: one `Row` per choice of a job, in one sequence id."""
+
+from __future__ import annotations
+
+from kinfer.constrain.runtime import RowGrammar
+from kinfer.engines.base import GenerationJob
+from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+
+RowKey = tuple[str, int]  # (job id, choice)
+
+
+class Row:
+    """The mutable state of one reply in progress (engine-internal)."""
+
+    __slots__ = (
+        "checkpoints",
+        "choice",
+        "decoder",
+        "generated",
+        "grammar",
+        "job",
+        "matcher",
+        "order",
+        "pending",
+        "reserved",
+        "reused",
+        "sampler",
+        "seq",
+        "tokens",
+    )
+
+    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int, choice: int = 0) -> None:
+        self.seq = seq
+        self.job = job
+        self.choice = choice
+        self.order = order  # submission order: waiting prompts are prefilled first come, first served
+        self.sampler = sampler
+        self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
+        self.reused = 0
+        self.pending: int | None = None  # the last sampled token, fed to the model at the next step
+        self.generated = 0
+        self.decoder = Utf8Decoder()
+        self.matcher = StopStringMatcher(job.stop)
+        self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
+        self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
+        # sequence ids held for the job's other choices until the prompt is in (choice 0 only)
+        self.reserved: list[int] = []
+
+    @property
+    def key(self) -> RowKey:
+        return (self.job.job_id, self.choice)
+
+    @property
+    def prefilling(self) -> bool:
+        return len(self.tokens) < len(self.job.prompt)
+
+    @property
+    def prompt_processed(self) -> int:
+        return min(len(self.tokens), len(self.job.prompt))
