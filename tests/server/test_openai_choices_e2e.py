@@ -152,3 +152,32 @@ def wait_for(condition, why: str, timeout: float = 60) -> None:
     while not condition():
         assert time.monotonic() < deadline, why
         time.sleep(0.05)
+
+
+def test_a_forced_tool_call_is_made_in_every_choice(client):
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    reply = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=[weather],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=64,
+        n=2,
+        **SEEDED,
+    )
+
+    for choice in reply.choices:
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
