@@ -68,6 +68,13 @@ class Settings:
     )
     log_level: str = _setting("info", "logging level", choices=("debug", "info", "warning", "error"))
 
+    memory_budget_gb: float = _setting(
+        0.0,
+        "GiB one loaded model may hold: weights, KV, recurrent state, prefix pool, scratch and MLX's cache "
+        "(0: 3/4 of RAM or unified memory, 9/10 of a CUDA GPU's; -1: no budget)",
+        flag="--memory-budget",
+        group=ENGINE,
+    )
     threads: int = _setting(0, "llama.cpp: CPU threads (0: the cores available)", group=ENGINE)
     gpu_layers: int = _setting(-1, "llama.cpp: layers offloaded to a GPU (-1: all, 0: none)", group=ENGINE)
     step_tokens: int = _setting(
@@ -78,6 +85,13 @@ class Settings:
     )
     prefill_chunk: int = _setting(
         0, "MLX: prompt tokens prefilled per step (0: 2048 on a GPU, 128 on a CPU)", group=ENGINE
+    )
+    step_budget_ms: float = _setting(
+        0.0,
+        "both engines: step time aimed at while replies decode; prompt chunks beside them shrink or grow "
+        "with the measured prefill speed to fit it "
+        "(0: automatic, 2.5 decode steps, at least 50 ms on a GPU, 300 ms on a CPU)",
+        group=ENGINE,
     )
 
     exact_prefix: bool = _setting(

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kinfer.engines.memory_account import byte_kinds
 from kinfer.scheduler import SchedulerSnapshot
 
 
@@ -33,7 +34,12 @@ class SchedulerCollector(Collector):
             "kinfer_tokens_last_step", "Tokens in the engine's last step", labels=["model"]
         )
         memory = GaugeMetricFamily(
-            "kinfer_engine_memory_bytes", "Engine memory by kind", labels=["model", "kind"]
+            "kinfer_engine_memory_bytes",
+            "Engine memory by part (weights, kv, state, pool, scratch, cache), allocator's total and peak",
+            labels=["model", "kind"],
+        )
+        budget = GaugeMetricFamily(
+            "kinfer_engine_memory_budget_bytes", "The memory budget of a loaded model", labels=["model"]
         )
         lookups = CounterMetricFamily("kinfer_prefix_lookups", "Prefix pool lookups", labels=["model"])
         hits = CounterMetricFamily(
@@ -52,9 +58,12 @@ class SchedulerCollector(Collector):
             lookups.add_metric([model.name], model.stats.prefix_lookups)
             hits.add_metric([model.name], model.stats.prefix_hits)
             computed.add_metric([model.name], model.stats.prompt_tokens_total)
-            for kind, value in model.stats.memory.items():
-                memory.add_metric([model.name, kind], value)
-        yield from (busy, total, loaded, step, memory, lookups, hits, computed)
+            for kind, value in byte_kinds(model.stats.memory).items():
+                if kind == "budget":
+                    budget.add_metric([model.name], value)
+                else:
+                    memory.add_metric([model.name, kind], value)
+        yield from (busy, total, loaded, step, memory, budget, lookups, hits, computed)
         outcomes = CounterMetricFamily("kinfer_requests", "Finished requests by outcome", labels=["outcome"])
         for outcome, count in sorted(snap.outcomes.items()):
             outcomes.add_metric([outcome], count)

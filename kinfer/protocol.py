@@ -53,6 +53,10 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    # (token id, bias) pairs added to the row's logits before anything else: -100 bans, +100 forces
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # None: no logprobs; 0..MAX_TOP_LOGPROBS: each generated token's logprob and this many alternatives
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -61,6 +65,10 @@ class Sampling:
     def given(self, **values: float | int | None) -> Sampling:
         """These defaults with the values a client sent; None means "not sent"."""
         return replace(self, **{name: value for name, value in values.items() if value is not None})
+
+
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit on top_logprobs, which every dialect keeps
+MAX_LOGIT_BIAS = 100.0  # |bias| at most this, as OpenAI's logit_bias
 
 
 ThinkLevel = Literal["low", "medium", "high"]
@@ -149,6 +157,14 @@ def validate_request(request: ChatRequest) -> None:
         names = {tool.name for tool in request.tools}
         if request.tool_choice != "required" and request.tool_choice not in names:
             raise InvalidRequest(f"tool_choice names {request.tool_choice!r}, which is not among the tools")
+    sampling = request.sampling
+    if sampling.logprobs is not None and not 0 <= sampling.logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
+    for token, bias in sampling.logit_bias:
+        if token < 0:
+            raise InvalidRequest(f"logit_bias: token id {token} is negative")
+        if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+            raise InvalidRequest(f"logit_bias: the bias of token {token} must be between -100 and 100")
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema" and not isinstance(fmt.schema, dict):
         raise InvalidRequest("a json_schema response format needs a schema (a JSON object)")
@@ -158,12 +174,35 @@ def validate_request(request: ChatRequest) -> None:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    """One candidate token and its log-probability. `text` is its bytes decoded leniently (a token
+    may hold part of a UTF-8 character); `bytes` are exact."""
+
+    id: int
+    text: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability and the `top` most likely tokens at its place, best
+    first. Values are the log-softmax of the logits the row sampled from: after `logit_bias` and a
+    grammar's mask, before repeat penalties and temperature (so greedy's choice is `top[0]`)."""
+
+    token: TopLogprob
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class Delta:
-    """A piece of the reply: answer text or thinking text."""
+    """A piece of the reply: answer text or thinking text. `logprobs`: the generated tokens whose text
+    this piece releases (only when the request asked for logprobs)."""
 
     text: str
     kind: DeltaKind = "text"
     choice: int = 0  # which of the request's n choices
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ ignored). The schema's array of records keeps constrained replies long enough to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -130,7 +131,7 @@ def jobs(engine: Engine, rows: int, tokens: int, constrained: bool) -> list[Gene
 
 
 def run_engine(engine: Engine, batch: list[GenerationJob], label: str) -> Run:
-    masks = getattr(engine, "_masks", None)
+    masks = getattr(engine, "_masks", None) or getattr(getattr(engine, "_logits", None), "masks", None)
     mask_before = (masks.seconds, masks.filled) if masks is not None else (0.0, 0)
     texts = {job.job_id: "" for job in batch}
     for job in batch:
@@ -148,7 +149,7 @@ def run_engine(engine: Engine, batch: list[GenerationJob], label: str) -> Run:
             texts[update.job_id] += update.text
         steps += 1
     decode_s = time.perf_counter() - started
-    masks = getattr(engine, "_masks", None)
+    masks = getattr(engine, "_masks", None) or getattr(getattr(engine, "_logits", None), "masks", None)
     mask_s, masked = (masks.seconds - mask_before[0], masks.filled - mask_before[1]) if masks else (0.0, 0)
     valid = sum(1 for text in texts.values() if _valid(text))
     return Run(label, len(batch), generated - first, decode_s, mask_s, steps if masked else 0, masked, valid)
@@ -170,13 +171,24 @@ def _valid(text: str) -> bool:
 def http_run(url: str, label: str, rows: int, tokens: int, body_for) -> Run:
     def one(i: int) -> tuple[int, str]:
         reply = httpx.post(url + "/v1/chat/completions", json=body_for(i), timeout=3600).json()
+        if "usage" not in reply:  # an error: say which server refused what, count it as nothing made
+            print(f"{label}: {str(reply)[:300]}", file=sys.stderr)
+            return 0, ""
         return reply["usage"]["completion_tokens"], reply["choices"][0]["message"]["content"] or ""
 
+    # one short request first, out of the timing: a server's first constrained request builds its
+    # grammar tables over the whole vocabulary (seconds for 150k tokens), once per model load
+    httpx.post(url + "/v1/chat/completions", json={**body_for(0), "max_tokens": 4}, timeout=3600)
     started = time.perf_counter()
     with ThreadPoolExecutor(rows) as pool:
         results = list(pool.map(one, range(rows)))
     wall = time.perf_counter() - started
     return Run(label, rows, sum(n for n, _ in results), wall, valid=sum(_valid(text) for _, text in results))
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
 
 
 def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
@@ -202,19 +214,24 @@ def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
 
     runs = []
     logs = Path(tempfile.mkdtemp(prefix="kinfer-bench-constrained-"))
-    with start_kinfer(
-        weights=gguf, parallel=args.rows, ctx=args.ctx, threads=args.threads, log_dir=logs
-    ) as kinfer:
-        url = kinfer.target.url
-        for constrained in (True, False):
+    with (
+        start_kinfer(weights=gguf, parallel=args.rows, ctx=args.ctx, threads=args.threads, log_dir=logs)
+        if not args.peer_only
+        else _nothing() as kinfer
+    ):
+        for constrained in (True, False) if kinfer else ():
             label = f"kinfer, {'schema' if constrained else 'free'}"
             runs.append(
-                http_run(url, label, args.rows, args.tokens, lambda i, c=constrained: body(i, c, "kinfer"))
-            )
+                http_run(
+                    kinfer.target.url, label, args.rows, args.tokens,
+                    lambda i, c=constrained: body(i, c, "kinfer"),
+                )
+            )  # fmt: skip
     port = free_port()
     command = [
         str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "-np", str(args.rows), "-c", str(args.ctx * args.rows), "-t", str(args.threads or os.cpu_count()),
+        "-ngl", "999",  # every layer on the GPU where there is one (a CPU build ignores it), as kinfer does
     ]  # fmt: skip
     with open(logs / "llama-server.log", "wb") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
@@ -323,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ctx", type=int, default=1024, help="tokens per row")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--llama-server", type=Path, default=None, help="llama.cpp's llama-server binary")
+    parser.add_argument("--peer-only", action="store_true", help="over HTTP, measure llama-server only")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
     args.argv = argv

@@ -4,13 +4,14 @@
         --llama-server /path/to/llama-server --out bench-embeddings.json
     python scripts/bench_embeddings.py --gguf tiny.gguf --inputs 32        # kinfer alone, a smoke run
 
-Both servers get the same work over OpenAI's POST /v1/embeddings: `--inputs` texts of about
-`--tokens` tokens each (deterministic word salad), split into `--concurrency` requests sent at once.
-Each server is started once and warmed up; then the rounds alternate A B A B (`--rounds` pairs) so
-drift of the machine (heat, other load) falls on both. llama-server runs with `--embeddings`, one slot
-per concurrent request. The JSON report has every round's wall time and inputs/s, the mean per
-server, and the cosine agreement of the two servers' vectors for the same inputs. Run it on a quiet
-machine: nothing else should be using the cores.
+Both servers get the same work over OpenAI's POST /v1/embeddings: `--inputs` texts of at most
+`--tokens` tokens each as the GGUF's tokenizer counts them (deterministic word salad), split into
+`--concurrency` requests sent at once. Each server is started once and warmed up; then the rounds
+alternate A B A B (`--rounds` pairs) so drift of the machine (heat, other load) falls on both.
+llama-server runs with `--embeddings`, one slot per concurrent request. The JSON report has every
+round's wall time and inputs/s, the CPU time each server process spent (inputs per CPU-second: the
+fairer figure when other jobs share the machine), the means per server, and the cosine agreement of
+the two servers' vectors for the same inputs. Run it on a quiet machine where you can.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 
 from kinfer.bench.servers import LaunchedServer, _spawn, free_port, start_kinfer, wait_ready
 from kinfer.engines.llama.sizing import available_threads
@@ -76,11 +79,29 @@ WORDS = (
 REQUEST_TIMEOUT_S = 600.0
 
 
-def make_inputs(count: int, tokens: int, seed: int = 0) -> list[str]:
-    """`count` distinct texts of about `tokens` tokens (~0.75 words per token)."""
+def make_inputs(count: int, tokens: int, count_tokens: Callable[[str], int], seed: int = 0) -> list[str]:
+    """`count` distinct texts of `tokens` tokens or a few fewer, as the model's own tokenizer counts
+    them (special tokens included): words are added while the text still fits, so a vocabulary
+    that spells words letter by letter gets fewer words, not longer inputs."""
     rng = np.random.default_rng(seed)
-    words = max(1, int(tokens * 0.75))
-    return [f"{i}: " + " ".join(rng.choice(WORDS, size=words)) for i in range(count)]
+    texts = []
+    for i in range(count):
+        text = f"{i}:"
+        for word in rng.choice(WORDS, size=tokens):
+            longer = f"{text} {word}"
+            if count_tokens(longer) > tokens:
+                break
+            text = longer
+        texts.append(text)
+    return texts
+
+
+def gguf_token_counter(gguf: Path) -> Callable[[str], int]:
+    """Counts a text's tokens as both servers tokenize an embedding input (with [CLS] / [SEP] or BOS)."""
+    from llama_cpp import Llama
+
+    vocab = Llama(str(gguf), vocab_only=True, verbose=False)
+    return lambda text: len(vocab.tokenize(text.encode("utf-8"), add_bos=True, special=True))
 
 
 def chunks(items: list[str], parts: int) -> list[list[str]]:
@@ -151,6 +172,15 @@ def start_servers(args: argparse.Namespace, logs: Path) -> dict[str, tuple[Launc
     return servers
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of the server process, all its threads: on a machine other jobs share,
+    inputs per CPU-second compare the servers' work where wall time also measures the neighbours."""
+    if pid is None:
+        return 0.0
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 def agreement(a: list, b: list) -> dict[str, float]:
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
@@ -166,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "--llama-server", type=Path, help="path to a llama-server binary (omit: kinfer alone)"
     )
     parser.add_argument("--inputs", type=int, default=1000)
-    parser.add_argument("--tokens", type=int, default=64, help="about this many tokens per input")
+    parser.add_argument("--tokens", type=int, default=64, help="at most this many tokens per input")
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (the inputs split)")
     parser.add_argument("--rounds", type=int, default=2, help="A B pairs after the warm-up")
     parser.add_argument("--threads", type=int, default=available_threads())
@@ -175,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "--llama-server-args", nargs=argparse.REMAINDER, default=[], help="passed to llama-server as they are"
     )
     args = parser.parse_args(argv)
-    inputs = make_inputs(args.inputs, args.tokens)
+    inputs = make_inputs(args.inputs, args.tokens, gguf_token_counter(args.gguf))
     batches = chunks(inputs, args.concurrency)
     logs = Path(tempfile.mkdtemp(prefix="kinfer-bench-embed-"))
     servers = start_servers(args, logs)
@@ -188,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         for n in range(args.rounds):
             for name, (server, model) in servers.items():  # A B, A B, ...
+                cpu = cpu_seconds(server.pid)
                 seconds, tokens, got = asyncio.run(run_round(server.target.url, model, batches))
+                cpu = cpu_seconds(server.pid) - cpu
                 vectors.setdefault(name, got)
                 rounds.append(
                     {
@@ -198,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                         "inputs": len(got),
                         "prompt_tokens": tokens,
                         "inputs_per_second": round(len(got) / seconds, 2),
+                        "server_cpu_seconds": round(cpu, 2),
+                        "inputs_per_cpu_second": round(len(got) / cpu, 2) if cpu > 0 else None,
                     }
                 )
                 print(f"round {n} {name}: {len(got) / seconds:.1f} inputs/s", file=sys.stderr, flush=True)
@@ -208,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         name: {
             "mean_inputs_per_second": round(
                 statistics.mean(r["inputs_per_second"] for r in rounds if r["server"] == name), 2
+            ),
+            "mean_inputs_per_cpu_second": round(
+                statistics.mean(r["inputs_per_cpu_second"] or 0 for r in rounds if r["server"] == name),
+                2,
             ),
             "tokens_per_input": round(
                 statistics.mean(r["prompt_tokens"] for r in rounds if r["server"] == name) / args.inputs, 1

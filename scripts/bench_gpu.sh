@@ -51,11 +51,23 @@ http() {
     2>&1 | grep -v ' INFO httpx' | tee "$RESULTS/http-overhead.md"
 }
 
+# constrained decoding (issue 16): 16 rows under a JSON Schema vs free rows, both engines, and
+# llama-server's constrained rows on the same GGUF (LLAMA_SERVER: the binary ../shared/peers/llama-server.sh
+# builds there with `cuda`)
+constrained() {
+  [ -f "$MODELS/qwen3-0.6b.gguf" ] || models
+  "$PY" scripts/bench_constrained.py --engine llama --model "$MODELS/qwen3-0.6b.gguf" --rows 16 \
+    ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} 2>&1 | grep -v ' INFO httpx' | tee "$RESULTS/constrained-llama.md"
+  "$PY" scripts/bench_constrained.py --engine mlx --model "$MODELS/qwen3-0.6b" --rows 16 \
+    2>&1 | tee "$RESULTS/constrained-mlx.md"
+}
+
 case "${1:-all}" in
   models) models ;;
   sweep) sweep "${2:-}" ;;
   http) http ;;
+  constrained) constrained ;;
   all) models; for s in "${SIZES[@]}"; do sweep "$s"; done; http ;;
-  *) echo "usage: $0 models | sweep SIZE | http | all" >&2; exit 2 ;;
+  *) echo "usage: $0 models | sweep SIZE | http | constrained | all" >&2; exit 2 ;;
 esac
 ls -la "$RESULTS"

@@ -6,6 +6,7 @@ otherwise real pipeline. A token is one character; each step emits one per busy 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +37,9 @@ class ScriptedEngine:
 
     `fail_on`: a step raises (an engine fault) while a row whose reply holds this text decodes.
     `refuse_on`: `submit` refuses a prompt holding this text with `InvalidRequest`, as a real engine
-    refuses a job it cannot run.
+    refuses a job it cannot run. `tokenize_fails_on`: `tokenize` raises a plain error (not a kinfer one)
+    on text holding this, as a tokenizer can. `slow_tokenize`: (text, seconds) tokenizing text that
+    holds `text` takes that long. `tokenize_threads` records the thread of every `tokenize` call.
     """
 
     def __init__(
@@ -48,6 +51,8 @@ class ScriptedEngine:
         template: str | None = CHATML,
         fail_on: str | None = None,
         refuse_on: str | None = None,
+        tokenize_fails_on: str | None = None,
+        slow_tokenize: tuple[str, float] | None = None,
         name: str = "scripted",
         step_delay: float = 0.002,
     ) -> None:
@@ -66,12 +71,20 @@ class ScriptedEngine:
         self._cancelled: list[tuple[str, int]] = []
         self._fail_on = fail_on
         self._refuse_on = refuse_on
+        self._tokenize_fails_on = tokenize_fails_on
+        self._slow_tokenize = slow_tokenize
+        self.tokenize_threads: set[str] = set()
         self._step_delay = step_delay  # a real forward pass takes time; so does this one
         self.steps = 0
         self.closed = False
         self.max_busy = 0
 
     def tokenize(self, text: str) -> list[int]:
+        self.tokenize_threads.add(threading.current_thread().name)
+        if self._tokenize_fails_on is not None and self._tokenize_fails_on in text:
+            raise UnicodeEncodeError("scripted", text, 0, 1, "the scripted tokenizer cannot take this")
+        if self._slow_tokenize is not None and self._slow_tokenize[0] in text:
+            time.sleep(self._slow_tokenize[1])
         return [ord(c) for c in text]
 
     def detokenize(self, tokens: list[int]) -> str:

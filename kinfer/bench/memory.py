@@ -1,8 +1,9 @@
 """Server memory while a level runs: kinfer's `/metrics` gauges and the server process's RSS.
 
-`kinfer_engine_memory_bytes{kind=...}` is what the engine says it holds (KV cache, weights, MLX's
-active / cache / peak); RSS comes from psutil when the server's PID is known (a server the bench
-started, or `--pid`). Peers without `/metrics` simply report RSS only.
+`kinfer_engine_memory_bytes{kind=...}` is the engine's memory account (weights, kv, state, pool,
+scratch, cache, the allocator's total and peak: kinfer/engines/memory_account.py); RSS comes from
+psutil when the server's PID is known (a server the bench started, or `--pid`). Peers without
+`/metrics` simply report RSS only.
 """
 
 from __future__ import annotations

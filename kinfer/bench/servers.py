@@ -218,14 +218,16 @@ def start_kinfer(
     log_dir: Path,
     extra_args: Sequence[str] = (),
     dashboard: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> LaunchedServer:
     """Start kinfer serving `model` (a store name) or `weights` (a path); wait for /health.
 
     `dashboard=True` runs the full dashboard in a detached tmux session instead of `--headless`, so
-    the TUI really renders while the bench runs.
+    the TUI really renders while the bench runs. `env`: more environment for the server (PYTHONPATH
+    picks another source tree, to compare two versions of kinfer in one run).
     """
     cleanup: list[Path] = []
-    env: dict[str, str] = {}
+    env = dict(env or {})
     if weights is not None:
         home, model = linked_home(weights)
         cleanup.append(home)

@@ -85,9 +85,23 @@ class MemoryPeak:
 
     @property
     def engine_total(self) -> int | None:
-        """Engine memory without the high-water marks (kinds named *peak*), which would count twice."""
+        """The engine's memory: the allocator's total and MLX's cache beside it (the memory account,
+        kinfer/engines/memory_account.py); without them (an older kinfer), every kind but the
+        high-water marks (named *peak*), which would count twice."""
+        if "total" in self.engine_bytes:
+            return self.engine_bytes["total"] + self.engine_bytes.get("cache", 0)
         kinds = [v for k, v in self.engine_bytes.items() if "peak" not in k]
         return sum(kinds) if kinds else None
+
+    @property
+    def named_share(self) -> float | None:
+        """How much of the allocator's peak total the account's named parts explain (weights, kv,
+        state, pool at their own peaks); None without an account. Issue 18 asks for >= 0.9."""
+        total = self.engine_bytes.get("total")
+        if not total:
+            return None
+        named = sum(self.engine_bytes.get(k, 0) for k in ("weights", "kv", "state", "pool"))
+        return round(named / total, 3)
 
 
 @dataclass(frozen=True)

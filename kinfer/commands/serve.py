@@ -15,6 +15,8 @@ import time
 import httpx
 
 from kinfer.config import Settings, settings_environ
+from kinfer.engines.memory_account import PARTS
+from kinfer.store.progress import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +132,18 @@ def run_ps(args: argparse.Namespace, settings: Settings) -> int:
     if not models:
         print("no model loaded")
         return 0
-    print(f"{'NAME':40} {'SIZE':>10} {'CONTEXT':>8}  UNTIL")
+    print(f"{'NAME':40} {'SIZE':>10} {'CONTEXT':>8} {'MEMORY':>22}  UNTIL")
     for m in models:
         size = f"{m['size'] / 1e6:.0f} MB"
         until = "forever" if m["expires_at"].startswith("0001") else m["expires_at"]
-        print(f"{m['name']:40} {size:>10} {m.get('context_length', 0):>8}  {until}")
+        memory = m.get("memory") or {}
+        held = format_bytes(memory["total"]) if "total" in memory else "-"
+        if memory.get("budget"):
+            held += f" of {format_bytes(memory['budget'])}"
+        print(f"{m['name']:40} {size:>10} {m.get('context_length', 0):>8} {held:>22}  {until}")
+        parts = [f"{part} {format_bytes(memory[part])}" for part in PARTS if memory.get(part)]
+        if parts:
+            print("  " + "  ".join(parts))
     return 0
 
 

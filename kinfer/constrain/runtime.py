@@ -243,6 +243,10 @@ class MaskTable:
         assert self._forbidden is not None
         return self._forbidden[slot]
 
+    def allows(self, slot: int, token: int) -> bool:
+        """Whether row `slot`'s mask lets `token` come next."""
+        return bool((int(self.words[slot, token >> 5]) >> (token & 31)) & 1)
+
     def allowed(self, slot: int, n_vocab: int) -> np.ndarray:
         """Row `slot`'s mask as booleans over the first `n_vocab` tokens."""
         return np.unpackbits(self.words[slot].view(np.uint8), bitorder="little")[:n_vocab].astype(bool)

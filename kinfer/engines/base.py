@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from kinfer.constrain.spec import Constraint
-from kinfer.protocol import FinishReason, Sampling
+from kinfer.protocol import FinishReason, Sampling, TokenLogprob
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,6 +95,9 @@ class JobUpdate:
     stop_string: str | None = None  # the stop string that ended the row (finish == "stop"), if one did
     error: str | None = None  # why the row ended with finish == "error", when the engine can say
     choice: int = 0  # which of the job's choices this row is (each finishes on its own)
+    # the logprobs of the tokens sampled in this step (job.sampling.logprobs set); an end-of-generation
+    # token has none (it releases no text)
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 def choice_sampling(sampling: Sampling, choice: int) -> Sampling:
@@ -118,7 +121,9 @@ class EngineStats:
     prefix_lookups: int = 0
     prefix_hits: int = 0
     steps_total: int = 0
-    memory: dict[str, int] = field(default_factory=dict)  # bytes: e.g. mlx_active, mlx_peak, mlx_cache, kv
+    # the memory account (engines/memory_account.py: MemoryAccount.as_dict()), plus "peak" where known and
+    # counts that are not bytes (MLX's kv_blocks_used / kv_blocks_total)
+    memory: dict[str, int] = field(default_factory=dict)
 
 
 class Engine(Protocol):

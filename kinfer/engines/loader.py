@@ -57,6 +57,8 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             prefix_cache=settings.prefix_cache_enabled,
             gpu_layers=settings.gpu_layers,
             step_tokens=settings.step_tokens,
+            step_budget_ms=settings.step_budget_ms,
+            memory_budget_gb=settings.memory_budget_gb,
             # off: the engine decides (exact reuse for recurrent and hybrid models only)
             exact_prefix=True if settings.exact_prefix else None,
         )
@@ -76,6 +78,8 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             prefix_cache=settings.prefix_cache_enabled,
             cache_limit_gb=settings.mlx_cache_limit_gb,
             prefill_chunk=settings.prefill_chunk,
+            step_budget_ms=settings.step_budget_ms,
+            memory_budget_gb=settings.memory_budget_gb,
             self_check=settings.mlx_self_check,
             fused_decode=settings.mlx_fused_decode,
             gated_delta=settings.mlx_gated_delta,

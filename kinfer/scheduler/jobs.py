@@ -15,7 +15,7 @@ from kinfer.protocol import ChatRequest
 
 @dataclass(frozen=True)
 class PreparedJob:
-    """A request rendered and tokenized on the engine thread, ready to take a row."""
+    """A request rendered and tokenized (in its own task, off the engine thread), ready to take a row."""
 
     job: GenerationJob
     rendered: RenderedPrompt
@@ -24,19 +24,12 @@ class PreparedJob:
 
 @dataclass
 class Admission:
-    """A request waiting to be rendered on the engine thread."""
+    """A prepared request on its way to a row: the engine thread only queues its token ids."""
 
     request: ChatRequest
     job_id: str
+    prepared: PreparedJob
     enqueued_at: float = field(default_factory=time.monotonic)
-
-
-@dataclass(frozen=True)
-class Measure:
-    """Render and tokenize without generating (token counting); answered through `reply`."""
-
-    request: ChatRequest
-    reply: Future  # concurrent.futures.Future[PreparedJob]
 
 
 @dataclass(frozen=True)
@@ -60,4 +53,4 @@ class Shutdown:
     pass
 
 
-Command = Admission | Measure | EmbedWork | Cancel | Shutdown
+Command = Admission | EmbedWork | Cancel | Shutdown

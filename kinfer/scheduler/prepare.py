@@ -1,10 +1,11 @@
 """Render a request with the model's template, tokenize it and fit it into one row.
 
-Runs on the engine thread (the engine owns the tokenizer), the one place that knows the prompt's
-length in tokens. A prompt that does not fit is refused with `PromptTooLong`, or, when the request
-asks for it (`truncation="drop_oldest"`), rendered again without its oldest messages until it fits,
-the way Ollama's `chatPrompt` and OpenAI's `truncation: "auto"` do: every system message stays, a tool
-result is never kept without the call it answers, and the newest message always stays.
+Runs on a thread of the scheduler's preparation pool, for the request's own task (Scheduler.submit),
+never on the engine thread, so a long prompt cannot stall the rows that are streaming. A prompt that
+does not fit is refused with `PromptTooLong`, or, when the request asks for it
+(`truncation="drop_oldest"`), rendered again without its oldest messages until it fits, the way
+Ollama's `chatPrompt` and OpenAI's `truncation: "auto"` do: every system message stays, a tool result
+is never kept without the call it answers, and the newest message always stays.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from kinfer.constrain.build import build_constraint
 from kinfer.engines.base import GenerationJob, ModelInfo
 from kinfer.errors import InvalidRequest, KinferError, PromptTooLong
 from kinfer.protocol import ChatRequest
-from kinfer.scheduler.jobs import Admission, PreparedJob
+from kinfer.scheduler.jobs import PreparedJob
 
 log = logging.getLogger(__name__)
 
 # no tokenizer averages this many characters per token over a whole prompt; a longer prompt cannot
-# fit, so it is refused before tokenizing it (10 MB of text holds the engine thread ~10 s)
+# fit, so it is refused before tokenizing it (10 MB of text would hold a preparation thread ~10 s)
 MAX_CHARS_PER_TOKEN = 64
 
 Tokenize = Callable[[str], list[int]]
@@ -46,13 +47,13 @@ class _Attempt:
 def prepare_job(
     info: ModelInfo,
     tokenize: Tokenize,
-    admission: Admission,
+    request: ChatRequest,
+    job_id: str,
     detokenize: Callable[[list[int]], str] | None = None,
 ) -> PreparedJob:
     """The request as a job that fits one row: rendered, tokenized and its reply budget clipped.
 
     `detokenize` reads back the request's `context` (Ollama), which goes ahead of the rendered prompt."""
-    request = admission.request
     if not info.chat:
         raise InvalidRequest(f"{info.name} is an embedding model; it does not support chat or generate")
     attempt = _attempt(info, tokenize, request, detokenize)
@@ -63,7 +64,7 @@ def prepare_job(
             raise _too_long(info, attempt, truncated=truncate)
         log.info(
             "%s: a prompt of %d tokens does not fit a row of %d; dropped its %d oldest messages (%d left)",
-            admission.job_id,
+            job_id,
             attempt.length,
             info.context_length,
             len(request.messages) - len(shorter.request.messages),
@@ -79,7 +80,7 @@ def prepare_job(
     rendered = attempt.rendered
     checkpoints = _checkpoint_tokens(tokenize, rendered.text, rendered.checkpoints, tokens)
     job = GenerationJob(
-        job_id=admission.job_id,
+        job_id=job_id,
         prompt=tuple(tokens),
         sampling=request.sampling,
         max_tokens=max_tokens,

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from kinfer.config import Settings
 from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
@@ -19,7 +20,7 @@ from kinfer.engines.base import JobUpdate
 from kinfer.errors import Busy, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.embed_ticket import EmbedTicket
-from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, Measure, PreparedJob
+from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, PreparedJob
 from kinfer.scheduler.models import ModelPool
 from kinfer.scheduler.records import (
     EngineFactory,
@@ -39,6 +40,8 @@ REAP_INTERVAL_S = 0.5
 DRAIN_POLL_S = 0.05
 RECENT_FINISHED = 64  # finished requests kept for the dashboard's fade-out and the request log
 COMPLETION_WINDOW_S = 60.0
+# threads that render and tokenize prompts, off the engine threads (tokenizers release the GIL)
+PREPARE_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
 class Scheduler:
@@ -55,7 +58,6 @@ class Scheduler:
         self.settings = settings
         self._resolve = resolve
         callbacks = WorkerCallbacks(
-            ready=self._on_ready,
             admitted=self._on_admitted,
             context=self._on_context,
             updates=self._on_updates,
@@ -68,6 +70,7 @@ class Scheduler:
             is_present=is_present or (lambda _model: True),
             retry_after=self.retry_after,
         )
+        self._prepare_pool = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="kinfer-prepare")
         self._streams: dict[str, RequestStream] = {}
         self._stream_model: dict[str, LoadedModel] = {}
         self._admitting = 0  # requests past the queue check that wait for their model to load
@@ -99,6 +102,7 @@ class Scheduler:
             self._reaper.cancel()
             self._reaper = None
         await self._pool.close()
+        self._prepare_pool.shutdown(wait=False, cancel_futures=True)
 
     async def drain(self, grace: float, hurry: asyncio.Event | None = None) -> None:
         """Shutting down: refuse new requests (Busy), let admitted ones finish for up to `grace`
@@ -127,6 +131,9 @@ class Scheduler:
 
     async def submit(self, request: ChatRequest) -> RequestStream:
         """Queue a request; returns once its prompt is rendered and fits, so refusals come before headers.
+
+        The prompt is rendered and tokenized here, in the request's own task on a preparation thread,
+        so a long prompt (or a failing template) never holds the engine thread the batch runs on.
 
         Every dialect's request is checked here (`validate_request`), so no path skips the checks.
         A request waiting for its model to load counts against --max-queue like one waiting for a row."""
@@ -167,14 +174,24 @@ class Scheduler:
         self._stream_model[job_id] = loaded  # the stream holds the pin ensure_loaded took
         if request.keep_alive is not None:
             loaded.keep_alive = request.keep_alive
-        loaded.worker.send(Admission(request=request, job_id=job_id))
         try:
-            await stream.accepted
-        except BaseException:
-            stream.cancel()
+            prepared = await self._prepare(loaded, request, job_id)
+        except Exception as exc:
+            stream.on_error(exc)
             self._retire(stream)
             raise
+        except BaseException:  # the client left while its prompt was prepared
+            self._retire(stream)
+            raise
+        if stream.done:  # the shutdown drain ended it meanwhile
+            raise self._ended or Busy("the server is shutting down; try again shortly", retry_after=5)
+        stream.on_ready(prepared)
+        loaded.worker.send(Admission(request=request, job_id=job_id, prepared=prepared))
         return stream
+
+    async def _prepare(self, loaded: LoadedModel, request: ChatRequest, job_id: str) -> PreparedJob:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._prepare_pool, loaded.worker.prepare, request, job_id)
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """Prompt tokens `request` would take, rendered with the model's template (loads the model)."""
@@ -182,9 +199,7 @@ class Scheduler:
         self._refuse_when_draining()
         loaded = await self.ensure_loaded(self._resolve(request.model or None), keep_alive=request.keep_alive)
         try:
-            reply: Future[PreparedJob] = Future()
-            loaded.worker.send(Measure(request=request, reply=reply))
-            prepared = await asyncio.wrap_future(reply)
+            prepared = await self._prepare(loaded, request, "measure")
         finally:
             self._unpin(loaded)
         return prepared.prompt_tokens
@@ -261,11 +276,6 @@ class Scheduler:
             loaded.worker.send(Cancel(job_id))
 
     # ---- callbacks from engine threads (run on the loop) ---------------------------------
-
-    def _on_ready(self, job_id: str, prepared: PreparedJob) -> None:
-        stream = self._streams.get(job_id)
-        if stream is not None:
-            stream.on_ready(prepared)
 
     def _on_context(self, job_id: str, tokens: list[int]) -> None:
         stream = self._streams.get(job_id)

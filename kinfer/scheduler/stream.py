@@ -11,7 +11,17 @@ from typing import Literal
 from kinfer.chat.pipeline import OutputPipeline
 from kinfer.engines.base import JobUpdate
 from kinfer.errors import EngineFailure
-from kinfer.protocol import ChatRequest, Delta, Done, ErrorEvent, Event, FinishReason, Timings, Usage
+from kinfer.protocol import (
+    ChatRequest,
+    Delta,
+    Done,
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Timings,
+    TokenLogprob,
+    Usage,
+)
 from kinfer.scheduler.jobs import PreparedJob
 
 RequestState = Literal["queued", "prefill", "decoding", "embedding", "done", "failed"]
@@ -60,7 +70,6 @@ class RequestStream:
         self.model = model
         self.state: RequestState = "queued"
         self.created = time.monotonic() if arrived is None else arrived
-        self.accepted: asyncio.Future[PreparedJob] = asyncio.get_running_loop().create_future()
         self.prompt_tokens = 0
         self.prompt_processed = 0
         self.reused = 0
@@ -80,6 +89,11 @@ class RequestStream:
         self._on_cancel = on_cancel
         self._moved = asyncio.Event()  # set whenever the state may have left "queued"
         self._queued_error: Exception | None = None  # the error, when it came before a row
+        # per choice: logprobs of tokens whose text the pipeline has not released yet (they go on the
+        # choice's next Delta)
+        self._pending_logprobs: list[list[TokenLogprob]] = [[] for _ in range(self.choices)]
+        # per choice: those of the answer text, gathered by `collect` / `collect_choices`
+        self.choice_logprobs: list[list[TokenLogprob]] = [[] for _ in range(self.choices)]
 
     # ---- fed by the scheduler on the event loop -----------------------------------------
 
@@ -92,8 +106,6 @@ class RequestStream:
             )
             for _ in range(self.choices)
         ]
-        if not self.accepted.done():
-            self.accepted.set_result(prepared)
 
     def on_admitted(self, reused: int = 0) -> None:
         """The job took a row, adopting `reused` prompt tokens from the prefix pool: prefill starts now.
@@ -123,6 +135,7 @@ class RequestStream:
             self.generated += update.new_tokens
             self.state = "decoding"
         choice = update.choice if 0 <= update.choice < self.choices else 0
+        self._pending_logprobs[choice].extend(update.logprobs)
         if update.text and self._pipelines:
             if choice == 0:
                 self._tail = (self._tail + update.text)[-TAIL_CHARS:]
@@ -135,7 +148,13 @@ class RequestStream:
         self._moved.set()
 
     def _emit(self, choice: int, events: list[Event]) -> None:
+        """Queue a choice's events; a Delta carries the logprobs of the choice's tokens generated up to
+        its text."""
+        pending = self._pending_logprobs[choice]
         for event in events:
+            if isinstance(event, Delta) and pending:
+                event = replace(event, logprobs=tuple(pending))
+                pending.clear()
             self._events.put_nowait(replace(event, choice=choice) if choice else event)
 
     def unfinished_choices(self) -> list[int]:
@@ -144,8 +163,6 @@ class RequestStream:
     def on_error(self, error: Exception) -> None:
         if self.finish is not None:
             return
-        if not self.accepted.done():
-            self.accepted.set_exception(error)
         if self.state == "queued":
             self._queued_error = error
         self.state = "failed"
@@ -214,12 +231,14 @@ class RequestStream:
                 return
 
     async def collect(self) -> Collected:
-        """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure."""
+        """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure.
+        The answer text's logprobs (when asked for) are in `self.logprobs` afterwards."""
         return (await self.collect_choices())[0]
 
     async def collect_choices(self) -> list[Collected]:
         """Every choice's whole reply, by index; the last one to end holds the request's usage in its
-        `Done`. Raises the error on failure."""
+        `Done`. Raises the error on failure. Each choice's answer logprobs (when asked for) are in
+        `self.choice_logprobs[choice]` afterwards."""
         text: list[list[str]] = [[] for _ in range(self.choices)]
         thinking: list[list[str]] = [[] for _ in range(self.choices)]
         calls: list[list] = [[] for _ in range(self.choices)]
@@ -227,6 +246,8 @@ class RequestStream:
         async for event in self.events():
             if isinstance(event, Delta):
                 (thinking if event.kind == "thinking" else text)[event.choice].append(event.text)
+                if event.kind == "text":
+                    self.choice_logprobs[event.choice].extend(event.logprobs)
             elif isinstance(event, ErrorEvent):
                 raise event.error
             elif isinstance(event, Done):
@@ -243,6 +264,11 @@ class RequestStream:
         """The client went away: free the row (a no-op once finished)."""
         if self.finish is None:
             self._on_cancel(self.job_id)
+
+    @property
+    def logprobs(self) -> list[TokenLogprob]:
+        """The first (or only) choice's answer logprobs, once collected."""
+        return self.choice_logprobs[0]
 
     @property
     def done(self) -> bool:

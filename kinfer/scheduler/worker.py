@@ -1,7 +1,9 @@
-"""The engine thread: owns one loaded model, admits jobs into free rows and steps the batch.
+"""The engine thread: owns one loaded model, admits prepared jobs into free rows and steps the batch.
 
-Nothing here blocks on a client. Results go back to asyncio with `loop.call_soon_threadsafe`,
-one call per step for all rows, so a slow reader only grows its own queue.
+Prompts are rendered and tokenized before they get here, in their request's own task (`prepare`, on
+the scheduler's preparation pool): this thread only queues token ids. Nothing here blocks on a
+client. Results go back to asyncio with `loop.call_soon_threadsafe`, one call per step for all rows,
+so a slow reader only grows its own queue.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
-from kinfer.errors import Busy, EngineFailure, KinferError
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError
+from kinfer.protocol import ChatRequest
 from kinfer.scheduler.embed_queue import EmbedQueue
-from kinfer.scheduler.jobs import Admission, Cancel, Command, EmbedWork, Measure, PreparedJob, Shutdown
+from kinfer.scheduler.jobs import Admission, Cancel, Command, EmbedWork, PreparedJob, Shutdown
 from kinfer.scheduler.prepare import prepare_job
 
 log = logging.getLogger(__name__)
@@ -26,23 +30,17 @@ log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.25  # how long an idle engine thread sleeps between checks of its inbox
 MAX_RELOADS = 3  # consecutive engine faults before the model is given up
 STATS_INTERVAL_S = 0.1  # how stale the published EngineStats may get while the batch runs
+LEASE_WAIT_S = 30.0  # how long closing an engine waits for preparations still using its tokenizer
 
 
 @dataclass(frozen=True)
 class WorkerCallbacks:
     """How the engine thread reports back; each callable is invoked on the event loop."""
 
-    ready: Callable[[str, PreparedJob], None]
     admitted: Callable[[list[tuple[str, int]]], None]  # (job, prompt tokens adopted) just took a row
     context: Callable[[str, list[int]], None]  # prompt + reply token ids, for a job that asked
     updates: Callable[[list[JobUpdate]], None]
     failed: Callable[[str, Exception], None]
-
-
-@dataclass
-class _Waiting:
-    admission: Admission
-    prepared: PreparedJob
 
 
 class EngineWorker:
@@ -63,7 +61,7 @@ class EngineWorker:
         self._loop_call_soon = call_soon  # loop.call_soon_threadsafe
         self._queue_timeout = queue_timeout
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._waiting: deque[_Waiting] = deque()
+        self._waiting: deque[Admission] = deque()
         self._active: dict[str, int] = {}  # job -> its rows (choices) not yet finished
         self._contexts: dict[str, list[str]] = {}  # job -> prompt text and the reply so far, if asked
         self._embeds = EmbedQueue(self._call_soon)
@@ -72,6 +70,10 @@ class EngineWorker:
         self.waiting_count = 0
         self.faults = 0
         self._engine: Engine | None = None  # owned by the engine thread; closed when it ends
+        # preparation threads borrow the engine's tokenizer (`prepare`); closing waits for them
+        self._leases = 0
+        self._lease_lock = threading.Condition()
+        self._gone = False  # the engine thread has ended: no engine will come back
         self._thread = threading.Thread(target=self._run, name=f"engine:{name}", daemon=True)
 
     # ---- called from the event loop ------------------------------------------------------
@@ -80,7 +82,11 @@ class EngineWorker:
         self._thread.start()
 
     def send(self, command: Command) -> None:
-        self._inbox.put(command)
+        with self._lease_lock:
+            if not self._gone:
+                self._inbox.put(command)
+                return
+        self._refuse(command, self._callbacks.failed)  # it arrived while the model was unloaded
 
     def stop(self, timeout: float = 30.0) -> None:
         self._inbox.put(Shutdown())
@@ -88,7 +94,53 @@ class EngineWorker:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """False from the moment the engine thread stops serving (a new request loads a fresh one)."""
+        return self._thread.is_alive() and not self._gone
+
+    # ---- called from preparation threads -------------------------------------------------
+
+    def prepare(self, request: ChatRequest, job_id: str) -> PreparedJob:
+        """Render, tokenize and fit `request` with this model's template and tokenizer, on the
+        caller's thread (tokenizers release the GIL; llama.cpp's tokenizer reads the vocabulary only).
+
+        A failure the request caused (a template that raises, text the tokenizer rejects) is a 400;
+        the rows in the batch never notice it."""
+        with self._lease() as engine:
+            try:
+                return prepare_job(engine.info, engine.tokenize, request, job_id, engine.detokenize)
+            except KinferError:
+                raise
+            except Exception as exc:
+                log.info("%s: preparing the prompt failed: %s: %s", job_id, type(exc).__name__, exc)
+                raise InvalidRequest(f"could not prepare the prompt: {type(exc).__name__}: {exc}") from exc
+
+    @contextmanager
+    def _lease(self) -> Iterator[Engine]:
+        with self._lease_lock:
+            # while a faulted model reloads, wait for the fresh engine rather than fail the request
+            self._lease_lock.wait_for(lambda: self._engine is not None or self._gone, LEASE_WAIT_S)
+            engine = self._engine
+            if engine is None or self._gone:
+                raise EngineFailure(f"model {self.name} is not loaded")
+            self._leases += 1
+        try:
+            yield engine
+        finally:
+            with self._lease_lock:
+                self._leases -= 1
+                self._lease_lock.notify_all()
+
+    def _close_engine(self, engine: Engine) -> None:
+        """Take the engine away from new preparations, wait for those using it, then close it."""
+        with self._lease_lock:
+            if self._engine is engine:
+                self._engine = None
+            if not self._lease_lock.wait_for(lambda: self._leases == 0, LEASE_WAIT_S):
+                log.warning("closing %s while %d prompt preparations still run", self.name, self._leases)
+        try:
+            engine.close()
+        except Exception:
+            log.exception("closing the engine of %s", self.name)
 
     # ---- the engine thread ---------------------------------------------------------------
 
@@ -109,20 +161,41 @@ class EngineWorker:
             log.exception("loading %s failed", self.name)
             self.loaded.set_exception(exc)
             return
-        self._engine = engine
+        with self._lease_lock:
+            self._engine = engine
         self.loaded.set_result(engine.info)
         try:
             self._serve()
         except BaseException as exc:  # a bug here must not leave replies waiting forever
             log.exception("the engine thread of %s failed", self.name)
+            self._mark_gone()  # before the replies fail, so that a retry loads a fresh engine
             self._fail_all(EngineFailure(f"the engine thread of {self.name} failed: {type(exc).__name__}"))
         finally:
+            self._mark_gone()
             if self._engine is not None:
-                try:
-                    self._engine.close()
-                except Exception:
-                    log.exception("closing the engine of %s", self.name)
-                self._engine = None
+                self._close_engine(self._engine)
+            self._refuse_inbox()
+
+    def _mark_gone(self) -> None:
+        with self._lease_lock:
+            self._gone = True
+            self._lease_lock.notify_all()
+
+    def _refuse_inbox(self) -> None:
+        """Fail the jobs that arrived after the last turn: nothing will take them now."""
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._refuse(command, lambda job, error: self._call_soon(self._callbacks.failed, job, error))
+
+    def _refuse(self, command: Command, failed: Callable[[str, Exception], object]) -> None:
+        error = EngineFailure(f"model {self.name} was unloaded")
+        if isinstance(command, Admission):
+            failed(command.job_id, error)
+        elif isinstance(command, EmbedWork) and command.reply.set_running_or_notify_cancel():
+            command.reply.set_exception(error)
 
     def _serve(self) -> None:
         """Admit, step and report until shut down (or until the model keeps failing)."""
@@ -154,7 +227,9 @@ class EngineWorker:
                 fresh, reloads = self._recover(engine, exc, reloads)
                 if fresh is None:
                     return
-                engine = self._engine = fresh
+                with self._lease_lock:
+                    engine = self._engine = fresh
+                    self._lease_lock.notify_all()
                 continue
             reloads = 0
             if updates:
@@ -180,14 +255,13 @@ class EngineWorker:
             return True
         while True:
             if isinstance(command, Shutdown):
+                self._mark_gone()
                 self._fail_all(EngineFailure(f"model {self.name} was unloaded"))
                 return False
             if isinstance(command, Admission):
-                self._prepare(engine, command)
+                self._enqueue(command)
             elif isinstance(command, Cancel):
                 self._cancel(engine, command.job_id)
-            elif isinstance(command, Measure):
-                self._measure(engine, command)
             elif isinstance(command, EmbedWork):
                 self._embeds.prepare(engine, command)
             try:
@@ -195,21 +269,12 @@ class EngineWorker:
             except queue.Empty:
                 return True
 
-    def _prepare(self, engine: Engine, admission: Admission) -> None:
-        """Render and tokenize on this thread (the engine owns the tokenizer), then queue for a row."""
-        try:
-            prepared = prepare_job(engine.info, engine.tokenize, admission, engine.detokenize)
-        except Exception as exc:
-            error = (
-                exc if isinstance(exc, KinferError) else EngineFailure(f"could not prepare the prompt: {exc}")
-            )
-            self._call_soon(self._callbacks.failed, admission.job_id, error)
-            return
-        self._waiting.append(_Waiting(admission, prepared))
+    def _enqueue(self, admission: Admission) -> None:
+        """Queue a prepared job for a row (its prompt was rendered and tokenized in its own task)."""
+        self._waiting.append(admission)
         self.waiting_count = len(self._waiting)
         if admission.request.return_context:
-            self._contexts[admission.job_id] = [prepared.rendered.text]
-        self._call_soon(self._callbacks.ready, admission.job_id, prepared)
+            self._contexts[admission.job_id] = [admission.prepared.rendered.text]
 
     def _follow_context(self, engine: Engine, update: JobUpdate) -> None:
         """Keep the reply's text for a job that wants its context; at the end, tokenize prompt and
@@ -228,19 +293,6 @@ class EngineWorker:
             return
         self._call_soon(self._callbacks.context, update.job_id, tokens)
 
-    def _measure(self, engine: Engine, command: Measure) -> None:
-        # the caller may have left (a client hanging up): then nobody wants the count, and once the
-        # reply is RUNNING its cancellation can no longer make set_result raise on this thread
-        if not command.reply.set_running_or_notify_cancel():
-            return
-        try:
-            admission = Admission(command.request, "measure")
-            prepared = prepare_job(engine.info, engine.tokenize, admission, engine.detokenize)
-        except Exception as exc:
-            command.reply.set_exception(exc)
-        else:
-            command.reply.set_result(prepared)
-
     def _admit(self, engine: Engine) -> None:
         admitted = []
         # first come, first served: a job asking for n choices waits until n rows are free
@@ -250,8 +302,8 @@ class EngineWorker:
                 reused = engine.submit(item.prepared.job)
             except Exception as exc:  # a KinferError keeps its status (a refused prompt stays a 400)
                 error = exc if isinstance(exc, KinferError) else EngineFailure(str(exc))
-                self._call_soon(self._callbacks.failed, item.admission.job_id, error)
-                self._contexts.pop(item.admission.job_id, None)
+                self._call_soon(self._callbacks.failed, item.job_id, error)
+                self._contexts.pop(item.job_id, None)
                 continue
             self._active[item.prepared.job.job_id] = item.prepared.job.choices
             admitted.append((item.prepared.job.job_id, reused or 0))
@@ -263,7 +315,7 @@ class EngineWorker:
         if self._embeds.cancel(job_id):
             return
         for item in self._waiting:
-            if item.admission.job_id == job_id:
+            if item.job_id == job_id:
                 self._waiting.remove(item)
                 self.waiting_count = len(self._waiting)
                 self._contexts.pop(job_id, None)
@@ -278,11 +330,11 @@ class EngineWorker:
         if not self._waiting or self._queue_timeout <= 0:
             return
         now = time.monotonic()
-        while self._waiting and now - self._waiting[0].admission.enqueued_at > self._queue_timeout:
+        while self._waiting and now - self._waiting[0].enqueued_at > self._queue_timeout:
             item = self._waiting.popleft()
             error = Busy(f"waited {self._queue_timeout:.0f}s for a free row", retry_after=5)
-            self._call_soon(self._callbacks.failed, item.admission.job_id, error)
-            self._contexts.pop(item.admission.job_id, None)
+            self._call_soon(self._callbacks.failed, item.job_id, error)
+            self._contexts.pop(item.job_id, None)
         self.waiting_count = len(self._waiting)
 
     def _recover(self, engine: Engine, exc: Exception, reloads: int) -> tuple[Engine | None, int]:
@@ -296,17 +348,15 @@ class EngineWorker:
             self._call_soon(self._callbacks.failed, job_id, error)
             self._contexts.pop(job_id, None)
         self._active.clear()
-        self._engine = None
-        try:
-            engine.close()
-        except Exception:
-            log.exception("closing the failed engine")
+        self._close_engine(engine)
         if reloads + 1 > MAX_RELOADS:
+            self._mark_gone()
             self._fail_all(EngineFailure(f"model {self.name} keeps failing; unloaded"))
             return None, reloads
         try:
             fresh = self._make_engine()
         except Exception as load_exc:
+            self._mark_gone()
             self._fail_all(EngineFailure(f"reloading {self.name} failed: {load_exc}"))
             return None, reloads
         return fresh, reloads + 1
@@ -316,7 +366,7 @@ class EngineWorker:
         for job_id in list(self._active):
             self._call_soon(self._callbacks.failed, job_id, error)
         for item in self._waiting:
-            self._call_soon(self._callbacks.failed, item.admission.job_id, error)
+            self._call_soon(self._callbacks.failed, item.job_id, error)
         self._active.clear()
         self._waiting.clear()
         self._contexts.clear()

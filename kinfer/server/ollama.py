@@ -6,24 +6,27 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 
 from quart import Blueprint, Response, jsonify
 
+from kinfer.engines.memory_account import byte_kinds
 from kinfer.errors import KinferError, PromptTooLong
 from kinfer.protocol import (
     Delta,
     Done,
     ErrorEvent,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
 )
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
+from kinfer.server.logprobs_wire import token_entries
 from kinfer.server.ollama_wire import (
     ChatBody,
     CopyBody,
@@ -101,6 +104,13 @@ def error_response(error: KinferError) -> Response:
     return response
 
 
+def logprobs_field(stream: RequestStream, records: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """Ollama's `logprobs` on a chunk or a whole reply, when the request asked for them."""
+    if stream.request.sampling.logprobs is None or not records:
+        return {}
+    return {"logprobs": token_entries(records)}
+
+
 def error_line(error: Exception) -> str:
     return ndjson({"error": error_message(error) if isinstance(error, KinferError) else str(error)})
 
@@ -110,7 +120,10 @@ async def chat_stream(stream: RequestStream, model: str) -> AsyncIterator[str]:
         if isinstance(event, Delta):
             message = {"role": "assistant", "content": ""}
             message["thinking" if event.kind == "thinking" else "content"] = event.text
-            yield ndjson({"model": model, "created_at": now_rfc3339(), "message": message, "done": False})
+            lp = logprobs_field(stream, event.logprobs) if event.kind == "text" else {}
+            yield ndjson(
+                {"model": model, "created_at": now_rfc3339(), "message": message, "done": False, **lp}
+            )
         elif isinstance(event, ToolCallEvent):
             message = {
                 "role": "assistant",
@@ -143,7 +156,9 @@ async def generate_stream(stream: RequestStream, model: str) -> AsyncIterator[st
             field = "thinking" if event.kind == "thinking" else "response"
             chunk = {"model": model, "created_at": now_rfc3339(), "response": "", "done": False}
             chunk[field] = event.text
-            yield ndjson(chunk)
+            yield ndjson(
+                {**chunk, **(logprobs_field(stream, event.logprobs) if event.kind == "text" else {})}
+            )
         elif isinstance(event, Done):
             yield ndjson(
                 {
@@ -188,6 +203,7 @@ async def chat() -> Response:
             "message": message,
             "done": True,
             **final_fields(done),
+            **logprobs_field(stream, stream.logprobs),
         }
     )
 
@@ -213,6 +229,7 @@ async def generate() -> Response:
         "done": True,
         **context_field(stream),
         **final_fields(done),
+        **logprobs_field(stream, stream.logprobs),
     }
     if thinking:
         reply["thinking"] = thinking
@@ -361,6 +378,8 @@ async def ps() -> Response:
                 "expires_at": expires,
                 "size_vram": 0,
                 "context_length": loaded.info.context_length,
+                # kinfer's memory account of the loaded engine (engines/memory_account.py), in bytes
+                "memory": byte_kinds(loaded.worker.stats.memory),
             }
         )
     return jsonify({"models": models})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -11,6 +12,7 @@ from kinfer.chat.go_template import render_go_template
 from kinfer.config import parse_duration
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ThinkLevel, ToolCall, ToolSpec
+from kinfer.server.logprobs_wire import top_count
 from kinfer.server.wire import FunctionDef, WireModel, tool_choice_mode
 
 # ---- wire schemas ---------------------------------------------------------------------------
@@ -102,6 +104,8 @@ class ChatBody(WireModel):
     # Ollama drops the oldest messages of a conversation that does not fit (keeping the system
     # messages and the newest turn); `truncate: false` refuses it with a 400 instead
     truncate: bool | None = None
+    logprobs: bool | None = None  # Ollama >= 0.12: each chunk carries its tokens' logprobs
+    top_logprobs: int | None = None
 
 
 class GenerateBody(WireModel):
@@ -119,6 +123,8 @@ class GenerateBody(WireModel):
     think: Think = None
     context: list[int] | None = None
     truncate: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
 
 
 class NameBody(WireModel):
@@ -202,7 +208,7 @@ def common_fields(body: ChatBody | GenerateBody, request_id: str) -> dict[str, A
     think, level = think_fields(body.think)
     return dict(
         model=body.model,
-        sampling=body.options.sampling(),
+        sampling=replace(body.options.sampling(), logprobs=top_count(body.logprobs, body.top_logprobs)),
         max_tokens=body.options.max_tokens(),
         stop=body.options.stops(),
         think=think,

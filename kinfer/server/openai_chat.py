@@ -6,7 +6,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from quart import Blueprint, Response, jsonify
@@ -17,6 +17,7 @@ from kinfer.protocol import (
     Done,
     ErrorEvent,
     FinishReason,
+    TokenLogprob,
     ToolCall,
     ToolCallEvent,
     Usage,
@@ -24,6 +25,7 @@ from kinfer.protocol import (
 from kinfer.scheduler import RequestStream
 from kinfer.server.context import runtime
 from kinfer.server.dialect import Dialect
+from kinfer.server.logprobs_wire import completion_columns, token_entries
 from kinfer.server.openai_wire import ChatCompletionRequest, CompletionRequest, completion_request, to_request
 from kinfer.server.streaming import sse, streaming_response
 from kinfer.server.wire import OPENAI_ERROR_SCHEMA, context_length_message, openai_type, read_body
@@ -65,6 +67,18 @@ def tool_call_json(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     return data
 
 
+def chat_logprobs(stream: RequestStream, records: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+    """A choice's `logprobs`: null unless the request asked for them."""
+    if stream.request.sampling.logprobs is None:
+        return None
+    return {"content": token_entries(records), "refusal": None}
+
+
+def completion_logprobs(stream: RequestStream, records: Sequence[TokenLogprob], offset: int) -> dict | None:
+    """A legacy completion choice's `logprobs` columns: null unless the request asked for them."""
+    return None if stream.request.sampling.logprobs is None else completion_columns(records, offset)
+
+
 def error_json(error: Exception) -> tuple[dict[str, Any], int]:
     """OpenAI's envelope: `{"error": {"message", "type", "param", "code"}}`, `code` a string or null."""
     if not isinstance(error, KinferError):
@@ -84,7 +98,9 @@ async def chat_completion_stream(
     # with include_usage, OpenAI gives every chunk a usage field: null until the last one
     no_usage = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> str:
+    def chunk(
+        delta: dict[str, Any], finish: str | None = None, index: int = 0, logprobs: dict | None = None
+    ) -> str:
         return sse(
             {
                 "id": completion_id,
@@ -92,7 +108,7 @@ async def chat_completion_stream(
                 "created": created,
                 "model": model,
                 "system_fingerprint": "kinfer",
-                "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
@@ -105,7 +121,8 @@ async def chat_completion_stream(
             if event.kind == "thinking":
                 yield chunk({"reasoning_content": event.text, "reasoning": event.text}, index=event.choice)
             else:
-                yield chunk({"content": event.text}, index=event.choice)
+                logprobs = chat_logprobs(stream, event.logprobs)
+                yield chunk({"content": event.text}, index=event.choice, logprobs=logprobs)
         elif isinstance(event, ToolCallEvent):
             yield chunk({"tool_calls": [tool_call_json(event.call, event.index)]}, index=event.choice)
         elif isinstance(event, Done):
@@ -128,7 +145,7 @@ async def chat_completion_stream(
 
 
 def chat_choice_json(
-    index: int, text: str, thinking: str, calls: list[ToolCall], done: Done
+    index: int, text: str, thinking: str, calls: list[ToolCall], done: Done, logprobs: dict | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     if thinking:
@@ -138,7 +155,7 @@ def chat_choice_json(
         message["tool_calls"] = [tool_call_json(c) for c in calls]
         if not text:
             message["content"] = None
-    return {"index": index, "message": message, "logprobs": None, "finish_reason": FINISH[done.reason]}
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": FINISH[done.reason]}
 
 
 async def chat_completion_body(stream: RequestStream, completion_id: str, model: str) -> dict[str, Any]:
@@ -150,7 +167,10 @@ async def chat_completion_body(stream: RequestStream, completion_id: str, model:
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": "kinfer",
-        "choices": [chat_choice_json(index, *choice) for index, choice in enumerate(choices)],
+        "choices": [
+            chat_choice_json(index, *choice, chat_logprobs(stream, stream.choice_logprobs[index]))
+            for index, choice in enumerate(choices)
+        ],
         "usage": usage_json(stream.usage()),
         "timings": {
             "prompt_s": done.timings.prompt,
@@ -197,14 +217,16 @@ async def completion_stream(
     created = int(time.time())
     no_usage = {"usage": None} if include_usage else {}
 
-    def chunk(text: str, finish: str | None = None, index: int = 0) -> str:
+    offsets = [len(echo)] * stream.choices  # where each choice's next piece starts, for text_offset
+
+    def chunk(text: str, finish: str | None = None, index: int = 0, logprobs: dict | None = None) -> str:
         return sse(
             {
                 "id": completion_id,
                 "object": "text_completion",
                 "created": created,
                 "model": model,
-                "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
@@ -215,7 +237,9 @@ async def completion_stream(
     ended = 0
     async for event in stream.events():
         if isinstance(event, Delta):
-            yield chunk(event.text, index=event.choice)
+            logprobs = completion_logprobs(stream, event.logprobs, offsets[event.choice])
+            offsets[event.choice] += len(event.text)
+            yield chunk(event.text, index=event.choice, logprobs=logprobs)
         elif isinstance(event, Done):
             yield chunk("", FINISH[event.reason], event.choice)
             ended += 1
@@ -262,7 +286,7 @@ async def completions() -> Response:
                 {
                     "index": index,
                     "text": (echo or "") + text,
-                    "logprobs": None,
+                    "logprobs": completion_logprobs(stream, stream.choice_logprobs[index], len(echo or "")),
                     "finish_reason": FINISH[done.reason],
                 }
                 for index, (text, _thinking, _calls, done) in enumerate(choices)

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import MAX_CHOICES, ChatRequest, Message, ResponseFormat, Sampling, ToolCall, ToolSpec
+from kinfer.server.logprobs_wire import logit_bias, top_count
 from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode, warn_dropped_tool
 
 log = logging.getLogger(__name__)
@@ -67,13 +68,16 @@ class SamplingFields(WireModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int | None = None  # choices: 1..MAX_CHOICES, each a row sharing one prefill
-    logprobs: bool | None = None
+    logit_bias: dict[str, float] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # llama.cpp extension, used by benchmarks
 
+    def top_logprob_count(self) -> int | None:
+        return None
+
     def sampling(self) -> Sampling:
-        return Sampling().given(
+        return Sampling(logit_bias=logit_bias(self.logit_bias), logprobs=self.top_logprob_count()).given(
             temperature=self.temperature,
             top_k=self.top_k,
             top_p=self.top_p,
@@ -95,8 +99,6 @@ class SamplingFields(WireModel):
     def check_common(self) -> None:
         if self.n is not None and not 1 <= self.n <= MAX_CHOICES:
             raise InvalidRequest(f"n: must be between 1 and {MAX_CHOICES}")
-        if self.logprobs:
-            raise InvalidRequest("logprobs: not supported by kinfer")
 
 
 class JsonSchemaFormat(WireModel):
@@ -122,6 +124,11 @@ class ChatCompletionRequest(SamplingFields):
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     response_format: WireResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+    def top_logprob_count(self) -> int | None:
+        return top_count(self.logprobs, self.top_logprobs)
 
 
 class CompletionRequest(SamplingFields):
@@ -130,6 +137,10 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = Field(default=16, ge=1)
     echo: bool = False
     suffix: str | None = None
+    logprobs: int | None = None  # legacy: how many alternatives per token (0 = the chosen one only)
+
+    def top_logprob_count(self) -> int | None:
+        return None if self.logprobs is None else top_count(True, self.logprobs, top_name="logprobs")
 
 
 # ---- wire -> ChatRequest ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinfer.protocol import Delta, Done, Event, ToolCallEvent, Usage
+from kinfer.protocol import Delta, Done, Event, TokenLogprob, ToolCallEvent, Usage
+from kinfer.server.logprobs_wire import token_entries
 
 
 def new_id(prefix: str) -> str:
@@ -112,6 +113,7 @@ class OutputAssembler:
         self.reasoning_pieces = 0
         self._open: dict[str, Any] | None = None
         self._text = ""  # the open item's text so far
+        self._logprobs: list[dict[str, Any]] = []  # the open message's token logprobs, when asked for
         self._sequence = 0
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -127,7 +129,7 @@ class OutputAssembler:
                 self.thinking.append(event.text)
                 return self._reasoning_delta(event.text)
             self.texts.append(event.text)
-            return self._text_delta(event.text)
+            return self._text_delta(event.text, event.logprobs)
         if isinstance(event, ToolCallEvent):
             self.calls.append(event.call)
             return self._close() + self._function_call(event)
@@ -166,7 +168,7 @@ class OutputAssembler:
         )
         return out
 
-    def _text_delta(self, text: str) -> list[dict[str, Any]]:
+    def _text_delta(self, text: str, records: tuple[TokenLogprob, ...] = ()) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self._open is None or self._open["type"] != "message":
             out = self._close()
@@ -181,10 +183,13 @@ class OutputAssembler:
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             out.append(self.event("response.content_part.added", **self._where(), content_index=0, part=part))
             self._text = ""
+            self._logprobs = []
         self._text += text
+        logprobs = token_entries(records)
+        self._logprobs += logprobs
         out.append(
             self.event(
-                "response.output_text.delta", **self._where(), content_index=0, delta=text, logprobs=[]
+                "response.output_text.delta", **self._where(), content_index=0, delta=text, logprobs=logprobs
             )
         )
         return out
@@ -234,9 +239,12 @@ class OutputAssembler:
             item["summary"] = [part]
             item["content"] = [{"type": "reasoning_text", "text": text}]
         elif item["type"] == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            logprobs, self._logprobs = self._logprobs, []
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
             out.append(
-                self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+                self.event(
+                    "response.output_text.done", **where, content_index=0, text=text, logprobs=logprobs
+                )
             )
             out.append(self.event("response.content_part.done", **where, content_index=0, part=part))
             item["content"] = [part]

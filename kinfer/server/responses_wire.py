@@ -18,6 +18,7 @@ from pydantic import Field
 
 from kinfer.errors import InvalidRequest
 from kinfer.protocol import Message, ResponseFormat, Sampling, ThinkLevel, ToolCall
+from kinfer.server.logprobs_wire import top_count
 from kinfer.server.responses_tools import flat_name
 from kinfer.server.wire import WireModel, loads_arguments, tool_choice_mode
 
@@ -94,6 +95,9 @@ class Reasoning(WireModel):
     summary: str | None = None
 
 
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the `include` entry that asks for logprobs
+
+
 class ResponsesBody(WireModel):
     model: str = ""
     input: str | list[InputItem] = Field(default_factory=list)
@@ -113,9 +117,13 @@ class ResponsesBody(WireModel):
     text: TextConfig | None = None
     # "auto": drop the oldest input items (never the instructions) until the input fits
     truncation: Literal["auto", "disabled"] | None = "disabled"
+    include: list[str] | None = None
+    top_logprobs: int | None = None
 
     def sampling(self) -> Sampling:
-        return Sampling().given(temperature=self.temperature, top_p=self.top_p)
+        wanted = LOGPROBS_INCLUDE in (self.include or ())
+        top = top_count(wanted, self.top_logprobs)
+        return Sampling(logprobs=top).given(temperature=self.temperature, top_p=self.top_p)
 
 
 # ---- translation ------------------------------------------------------------------------------

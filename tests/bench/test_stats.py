@@ -95,4 +95,9 @@ def test_a_level_where_everything_failed_still_summarizes():
 def test_engine_memory_total_leaves_out_high_water_marks():
     peak = MemoryPeak(rss_bytes=10, engine_bytes={"mlx_active": 300, "mlx_cache": 50, "mlx_peak": 400})
     assert peak.engine_total == 350
+    # the memory account: its parts explain the total, so only the total and the cache beside it count
+    account = {"weights": 100, "kv": 150, "scratch": 50, "cache": 20, "total": 300, "peak": 400}
+    assert MemoryPeak(engine_bytes=account).engine_total == 320
+    assert MemoryPeak(engine_bytes=account).named_share == round(250 / 300, 3)
+    assert MemoryPeak(engine_bytes={"kv": 1}).named_share is None
     assert MemoryPeak().engine_total is None

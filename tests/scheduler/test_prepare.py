@@ -13,7 +13,6 @@ from kinfer.chat.template import CHATML_TEMPLATE
 from kinfer.engines.base import ModelInfo
 from kinfer.errors import PromptTooLong
 from kinfer.protocol import ChatRequest, Message, ToolCall
-from kinfer.scheduler.jobs import Admission
 from kinfer.scheduler.prepare import prepare_job
 
 SYSTEM = Message("system", "Be brief.")
@@ -42,7 +41,7 @@ def model(ctx: int, trained: int = 0) -> ModelInfo:
 
 def prepare(info: ModelInfo, *messages: Message, **fields):
     request = ChatRequest(model="tiny", messages=messages, **fields)
-    return prepare_job(info, lambda text: [ord(c) for c in text], Admission(request, "job"))
+    return prepare_job(info, lambda text: [ord(c) for c in text], request, "job")
 
 
 def prompt_of(prepared) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kinfer.engines.memory_account import PARTS
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -84,6 +86,15 @@ def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
     assert reply.stdout.strip()
     listed = kinfer("ps", "--port", str(port), home=tmp_path)
     assert "smollm2:135m" in listed.stdout
+    # the engine's memory account against its budget, and the parts that hold anything
+    assert re.search(r" MiB of [\d.]+ GiB ", listed.stdout), listed.stdout
+    assert re.search(r"^  weights [\d.]+ MiB  kv [\d.]+ MiB  scratch [\d.]+ MiB$", listed.stdout, re.M)
+    memory = httpx.get(url + "/api/ps", timeout=10).json()["models"][0]["memory"]
+    assert sum(memory[part] for part in PARTS) == memory["total"] <= memory["budget"]
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    for kind in ("weights", "kv", "scratch", "total"):
+        assert f'kinfer_engine_memory_bytes{{kind="{kind}",model="smollm2:135m"}}' in metrics
+    assert 'kinfer_engine_memory_budget_bytes{model="smollm2:135m"}' in metrics
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     output = process.stdout.read()

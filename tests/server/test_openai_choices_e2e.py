@@ -181,3 +181,27 @@ def test_a_forced_tool_call_is_made_in_every_choice(client):
         assert choice.finish_reason == "tool_calls"
         (call,) = choice.message.tool_calls
         assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
+
+
+def test_each_choice_carries_its_own_logprobs_whole_and_streamed(client):
+    asked = {"logprobs": True, "top_logprobs": 2, **SEEDED}
+    whole = client.chat.completions.create(model="smollm2", messages=STORY, max_tokens=12, n=3, **asked)
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2", messages=STORY, max_tokens=12, n=3, stream=True, **asked
+        )
+    )
+
+    streamed: list[list] = [[] for _ in range(3)]
+    for chunk in chunks:
+        for choice in chunk.choices:
+            if choice.logprobs is not None:
+                streamed[choice.index] += choice.logprobs.content
+    texts = [choice.message.content for choice in whole.choices]
+    assert len(set(texts)) == 3, texts
+    for choice in whole.choices:
+        content = choice.logprobs.content
+        # a choice's logprobs spell its own text, token by token, each with two alternatives
+        assert "".join(entry.token for entry in content) == texts[choice.index]
+        assert all(len(entry.top_logprobs) == 2 for entry in content)
+        assert [e.token for e in streamed[choice.index]] == [e.token for e in content]

@@ -1,4 +1,4 @@
-"""Process, machine and GPU memory for the gauges."""
+"""Process, machine and GPU memory, and the engines' memory account, for the gauges."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from dataclasses import replace
 import psutil
 import pytest
 
+from kinfer.engines.base import EngineStats
+from kinfer.engines.memory_account import MemoryAccount
+from kinfer.scheduler.records import ModelSnapshot
 from kinfer.tui.sample import GpuMemory
 from kinfer.tui.system import GpuProbe, parse_nvidia_smi, read_system
-from kinfer.tui.widgets.gauges import memory_line
+from kinfer.tui.widgets.gauges import engine_memory_line, memory_line
 from tests.tui.conftest import idle_sample
 
 MIB = 1024 * 1024
@@ -46,3 +49,20 @@ def test_the_memory_gauge_shows_gpus_when_known() -> None:
     assert "GPU" not in plain
     with_gpu = replace(sample, system=replace(sample.system, gpus=parse_nvidia_smi(H200)))
     assert "GPU0 0 B/140 GiB" in memory_line(with_gpu).plain
+
+
+def test_the_engine_gauge_shows_the_account_against_the_budget() -> None:
+    account = MemoryAccount(weights=900 * MIB, kv=512 * MIB, state=64 * MIB, pool=32 * MIB, scratch=40 * MIB)
+    memory = {
+        **replace(account, cache=256 * MIB, total=1548 * MIB, budget=12 * 1024 * MIB).as_dict(),
+        "peak": 1,
+    }
+    model = ModelSnapshot("qwen3.5", "mlx", 4, 2, 0, 4096, 1, None, EngineStats(memory=memory))
+    sample = idle_sample()
+    loaded = replace(sample, scheduler=replace(sample.scheduler, models=(model,)))
+
+    assert engine_memory_line(sample).plain == "engine -"
+    assert engine_memory_line(loaded).plain == (
+        "engine 1.5 GiB of 12 GiB  weights 900 MiB  KV 512 MiB  state 64 MiB  pool 32 MiB  scratch 40 MiB"
+        "  cache 256 MiB"
+    )

@@ -12,7 +12,7 @@ an embedding keeps nothing between passes.
   made on first use by `LlamaEngine.embed`; llama.cpp would give such a model no pooling, and
   Ollama then takes the last token's state.
 
-Non-causal encoders (BERT) need a whole pass in one micro-batch, so their n_ubatch is the pass size.
+Non-causal encoders (BERT) need a whole pass in one micro-batch, so their n_ubatch is the context's size.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 from kinfer.engines.base import EmbeddingSpec, EngineStats, GenerationJob, JobUpdate, ModelInfo, Pooling
 from kinfer.engines.embedding import EMBED_BATCH_TOKENS, GGUF_POOLING, MAX_EMBED_TOKENS, is_matryoshka
 from kinfer.engines.llama import native
+from kinfer.engines.llama.memory import BufferSizes, llama_account, parse_buffer_sizes
 from kinfer.engines.llama.sizing import available_threads
 from kinfer.errors import EngineFailure, InvalidRequest
 
@@ -34,8 +35,12 @@ log = logging.getLogger(__name__)
 
 EMBED_SEQUENCES = 128  # sequence ids per pass, fillers included (llama.cpp caps them at 256)
 ALIGN = 16  # cells an input's start is aligned to (8 sufficed with AVX2; measured in _fill's terms)
-PASS_TOKENS = 512  # tokens per llama_decode (llama-server's default micro-batch), unless one input is longer
-# (every token of a pass attends, masked, over the whole pass: the cost grows with its square)
+# Cells per llama_decode, unless one input is longer. Every token of a pass attends, masked, over the
+# whole pass; on a CPU that cost, growing with the pass's square, outweighs what wider matrix products
+# save: a MiniLM-shaped BERT on one thread embedded 62-token inputs at 13.5 inputs per CPU-second in
+# 512-cell passes, 25 in 64-cell ones (13-token inputs: 48 vs 87). A causal SmolLM2 was no slower.
+GPU_PASS_TOKENS = 512  # llama-server's micro-batch
+CPU_PASS_TOKENS = 64
 POOLING_CODE = {
     "mean": lib.LLAMA_POOLING_TYPE_MEAN,
     "cls": lib.LLAMA_POOLING_TYPE_CLS,
@@ -78,12 +83,13 @@ class LlamaEmbedder:
         self, model: int, *, pooling: Pooling, causal: bool, max_tokens: int, threads: int, gpu: bool
     ) -> None:
         self.max_tokens = max_tokens
-        self.capacity = max(max_tokens, PASS_TOKENS)
+        self.pass_tokens = GPU_PASS_TOKENS if gpu else CPU_PASS_TOKENS
+        self.capacity = max(max_tokens, self.pass_tokens)
         self.sequences = min(EMBED_SEQUENCES, native.max_sequences())
         params = lib.llama_context_default_params()
         params.n_ctx = self.capacity
         params.n_batch = self.capacity
-        self._ubatch = PASS_TOKENS if causal else self.capacity
+        self._ubatch = GPU_PASS_TOKENS if causal else self.capacity
         params.n_ubatch = self._ubatch
         params.n_seq_max = self.sequences
         params.n_threads = threads
@@ -93,9 +99,11 @@ class LlamaEmbedder:
         params.pooling_type = POOLING_CODE[pooling]
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.no_perf = True
-        self._ctx = lib.llama_init_from_model(model, params)
+        with native.capture_log() as lines:
+            self._ctx = lib.llama_init_from_model(model, params)
         if not self._ctx:
             raise EngineFailure(f"llama.cpp could not create an embedding context of {self.capacity} tokens")
+        self.buffers = parse_buffer_sizes(lines)  # for the memory account
         self._mem = lib.llama_get_memory(self._ctx)
         self.dimensions = native.model_embedding_length(model)
         self._batch = native.TokenBatch(self.capacity)
@@ -142,7 +150,7 @@ class LlamaEmbedder:
             if len(tokens) > self.max_tokens:
                 raise InvalidRequest(f"an input of {len(tokens)} tokens exceeds {self.max_tokens}")
             start = self._place(batch.n, len(tokens))
-            if count and start + len(tokens) > PASS_TOKENS:
+            if count and start + len(tokens) > self.pass_tokens:
                 break
             if batch.n < start:
                 filler = self.sequences - 1 - gaps
@@ -276,7 +284,17 @@ class LlamaEmbeddingEngine:
         return EngineStats(
             prompt_tokens_total=self._tokens,
             steps_total=embedder.passes if embedder else 0,
-            memory={"model": self._facts.model_bytes} if hasattr(self, "_facts") else {},
+            memory=(
+                llama_account(
+                    native.buffer_sizes(self._model) + (embedder.buffers if embedder else BufferSizes()),
+                    weights=self._facts.model_bytes,
+                    kv=0,
+                    pool_slots=0,
+                    sequences=0,
+                ).as_dict()
+                if hasattr(self, "_facts")
+                else {}
+            ),
         )
 
     def close(self) -> None:

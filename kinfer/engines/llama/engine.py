@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
 
-from kinfer.constrain.runtime import GrammarVocab, MaskTable, RowGrammar
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
-from kinfer.engines.llama import native
+from kinfer.engines.llama import choices, native
+from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
-from kinfer.engines.llama.grammar import grammar_vocab
+from kinfer.engines.llama.logits import RowLogits
+from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.rows import Row, RowKey
 from kinfer.engines.llama.sizing import SizePlan, plan_size
+from kinfer.engines.logprobs import check_bias_ids
+from kinfer.engines.prefill_budget import PrefillBudget
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
-from kinfer.protocol import FinishReason
+from kinfer.protocol import FinishReason, TokenLogprob
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +46,9 @@ class LlamaEngine:
     layer when llama.cpp has a GPU backend. prefix_cache: keep recent prompts for reuse.
     exact_prefix: adopt only whole saved checkpoints (None: only for recurrent/hybrid models).
     step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
-    smaller budget keeps generating rows moving while long prompts prefill. min_ctx: raises an
-    automatic ctx to a request's larger one (sizing.plan_size).
+    smaller budget keeps generating rows moving while long prompts prefill. step_budget_ms: the
+    step time prompt chunks fit in while rows generate (0: automatic; prefill_budget.py). min_ctx:
+    raises an automatic ctx to a request's larger one (sizing.plan_size).
     """
 
     def __init__(
@@ -58,7 +63,9 @@ class LlamaEngine:
         gpu_layers: int = -1,
         exact_prefix: bool | None = None,
         step_tokens: int = 0,
+        step_budget_ms: float = 0.0,
         min_ctx: int = 0,
+        memory_budget_gb: float = 0.0,
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -79,7 +86,12 @@ class LlamaEngine:
                 max_sequences=native.max_sequences(),
                 step_tokens=step_tokens,
                 min_ctx=min_ctx,
+                budget=(budget := device_budget(memory_budget_gb, gpu and gpu_layers != 0)),
+                weights=facts.model_bytes,
+                state_bytes_per_row=gguf_state_bytes(Path(path)),
+                n_vocab=self._vocab.n_tokens,
             )
+            self._budget = budget
             plan = self.plan
             self._ctx = native.create_context(
                 self._model,
@@ -91,6 +103,8 @@ class LlamaEngine:
                 gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
+            # prompt chunks beside generating rows keep to the step time budget (not the memory budget)
+            self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
         except BaseException:
             self.close()
             raise
@@ -132,8 +146,7 @@ class LlamaEngine:
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
         self._closed = False
-        self._grammar: GrammarVocab | None = None  # built with the first constrained job
-        self._masks: MaskTable | None = None
+        self._logits = RowLogits(self._vocab, plan.rows)  # bias, grammar masks, logprobs
         self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         log.info(
             "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
@@ -201,7 +214,7 @@ class LlamaEngine:
     def submit(self, job: GenerationJob) -> int:
         """Give the job a row per choice, adopting the longest saved prefix of its prompt from the
         pool; returns how many prompt tokens were adopted. The prompt is prefilled in the first row
-        only; the others are held until it is in, then take a copy of its KV (`_fork`)."""
+        only; the others are held until it is in, then take a copy of its KV (choices.fork)."""
         self._check_open()
         if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
@@ -215,7 +228,8 @@ class LlamaEngine:
             )
         if len(self._free_seqs) < max(1, job.choices):
             raise Busy("no free row", retry_after=1.0)
-        grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
+        check_bias_ids(job.sampling, self._vocab.n_tokens)
+        grammar = self._logits.grammar_vocab().start(job.constraint) if job.constraint is not None else None
         # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
         # streams), so keep the busy ids packed at the bottom
         seq = heapq.heappop(self._free_seqs)
@@ -231,30 +245,14 @@ class LlamaEngine:
         return row.reused
 
     def _make_sampler(self, job: GenerationJob, choice: int) -> int:
-        sampling = choice_sampling(job.sampling, choice)
-        sampler = native.make_sampler(sampling, self._vocab.n_tokens, self._row_len)
-        if native.has_penalties(sampling):
-            # penalties look back over the prompt's tail too, as llama-server does
-            window = native.penalty_window(sampling, self._row_len)
-            for token in job.prompt[-window:]:
-                native.sampler_accept(sampler, token)
-        return sampler
+        return choices.make_sampler(job, choice, self._vocab.n_tokens, self._row_len)
 
-    def _fork(self, parent: Row) -> list[Row]:
-        """The job's other choices, once its prompt is in `parent`'s sequence: each reserved sequence
-        gets a copy of the prompt's KV (no recompute) and a sampler and grammar of its own."""
-        job, siblings = parent.job, []
-        for choice, seq in enumerate(parent.reserved, start=1):
-            native.seq_copy(self._mem, parent.seq, seq)
-            row = Row(seq, job, parent.order, self._make_sampler(job, choice), choice)
-            row.tokens = list(parent.tokens)
-            row.reused = parent.reused
-            if job.constraint is not None:
-                row.grammar = self._grammar_vocab().start(job.constraint)
-            self._rows[row.key] = row
-            siblings.append(row)
-        parent.reserved = []
-        return siblings
+    def _sample_choices(self, row: Row, index: int) -> list[tuple[RowKey, JobUpdate]]:
+        """The first draw of every choice of `row`'s job (the others fork from it now)."""
+        siblings = choices.fork(self._mem, row, self._make_sampler, self._logits.grammar_vocab)
+        for sibling in siblings:
+            self._rows[sibling.key] = sibling
+        return choices.draw_each(self._ctx, self._vocab.n_tokens, [*siblings, row], index, self._sample)
 
     def cancel(self, job_id: str) -> None:
         """Free the job's rows now (prefilling or generating); the next step reports them cancelled."""
@@ -272,28 +270,31 @@ class LlamaEngine:
             return updates
         changed: dict[RowKey, JobUpdate] = {}
         done = 0  # tokens evaluated in this step
+        began = time.perf_counter()
         generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
         if generating:
             batch.clear()
             at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
             # constrained rows' masks are computed on another thread while llama_decode runs
-            self._prefetch_masks(generating)
+            self._logits.prefetch(generating)
             decoded = self._decode(generating, changed)
-            if self._masks is not None:
-                self._masks.wait()
+            self._logits.wait()
             if decoded:
                 for row, index in zip(generating, at, strict=True):
                     row.tokens.append(row.pending)
                     row.pending = None
                     changed[row.key] = self._sample(row, index)
             done += batch.n
+            self._pacer.decoded(time.perf_counter() - began)
         # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
         # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
         # rows would be cut anyway, and its first token would go alone: a lone token's attention
         # takes another kernel, and the row would no longer reproduce its solo run.
         for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
             start = len(row.tokens)
-            end = self._chunk_end(row, start, self.plan.n_batch - done)
+            spent = time.perf_counter() - began  # beside generating rows, the time budget sizes the chunk
+            cap = self._pacer.room(self.plan.n_batch - done, bool(generating), done - len(generating), spent)
+            end = self._chunk_end(row, start, cap)
             if end == start:
                 continue
             prompt, last = row.job.prompt, len(row.job.prompt) - 1
@@ -302,21 +303,22 @@ class LlamaEngine:
             for pos in range(start, end):
                 batch.add(prompt[pos], pos, row.seq, wants_logits and pos == last)
             done += batch.n
+            chunk_began = time.perf_counter()
             if not self._decode([row], changed):
                 continue
+            self._pacer.prefilled(end - start, time.perf_counter() - chunk_began)
             row.tokens.extend(prompt[start:end])
             self._counters["prompt"] += end - start
             if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
                 self._pool.save(row.seq, row.tokens)
             if wants_logits:
-                # the other choices draw their first token from the same logits, each its own way
-                for sibling in self._fork(row):
-                    changed[sibling.key] = self._sample(sibling, batch.n - 1)
-                changed[row.key] = self._sample(row, batch.n - 1)
+                changed.update(self._sample_choices(row, batch.n - 1))
             elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
                 changed[row.key] = self._finish(row, "length", flush=True)
             else:
                 changed[row.key] = self._update(row)
+        if generating:
+            self._pacer.took(done - len(generating))
         if done:
             self._counters["steps"] += 1
             self._counters["last"] = done
@@ -335,31 +337,21 @@ class LlamaEngine:
         return False
 
     def _chunk_end(self, row: Row, start: int, budget: int) -> int:
-        """Where this step's prompt chunk for `row` ends (== start: wait for the next step).
-
-        No prompt token is ever evaluated alone in a micro-batch (a lone token takes another
-        attention kernel, so a cold run, a chunked run and a run adopted from the pool would differ):
-        a chunk never leaves exactly one token behind, and never splits into micro-batches with a
-        lone one at the end. With exact checkpoints, a chunk also stops at the next checkpoint,
-        because recurrent state can only be saved as it stands after a decode.
-        """
-        length = len(row.job.prompt)
-        limit = min(length, start + budget)
-        at_checkpoint = False
-        if self._pool is not None and self._pool.exact_only:
-            checkpoint = min((c for c in row.checkpoints if start < c < limit), default=limit)
-            limit, at_checkpoint = checkpoint, checkpoint < limit
-        for end in range(limit, start + 1, -1):
-            if length - end != 1 and (end - start) % self.plan.n_ubatch != 1:
-                return end
-        # nothing pairs up: a lone token is all there is before the prompt's end or a checkpoint
-        return limit if limit - start == 1 and (limit == length or at_checkpoint) else start
+        """Where this step's prompt chunk for `row` ends (== start: wait for the next step)."""
+        exact = self._pool is not None and self._pool.exact_only
+        checkpoints = row.checkpoints if exact else ()
+        return chunk_end(len(row.job.prompt), start, budget, self.plan.n_ubatch, checkpoints)
 
     def _sample(self, row: Row, index: int) -> JobUpdate:
+        """Draw the row's next token from the logits at batch `index` (biased and masked first)."""
         grammar = row.grammar
-        if grammar is not None and not self._mask_logits(row, grammar, index):
-            return self._finish(row, "error", flush=True, error=grammar.error)
-        token = native.sampler_sample(row.sampler, self._ctx, index)
+        if row.argmax_draw:
+            alive, token, logprobs = self._logits.draw_greedy(self._ctx, row, index)
+        else:
+            alive, logprobs = self._logits.prepare(self._ctx, row, index)
+            token = native.sampler_sample(row.sampler, self._ctx, index) if alive else -1
+        if not alive:
+            return self._finish(row, "error", flush=True, error=grammar.error if grammar else None)
         row.generated += 1
         self._counters["generated"] += 1
         piece = self._vocab.piece(token)
@@ -367,47 +359,24 @@ class LlamaEngine:
             grammar.accept(token, piece)
         if self._vocab.is_eog(token) and not row.job.ignore_eos:
             return self._finish(row, "stop", new_tokens=1, flush=True)
+        lp = () if logprobs is None else (self._logits.record(row, logprobs, token),)
         scan = row.matcher.feed(row.decoder.feed(piece))
         if scan.matched is not None:
-            return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched)
+            return self._finish(row, "stop", text=scan.text, new_tokens=1, stop_string=scan.matched, lp=lp)
         if grammar is not None and grammar.ended:
             # the grammar is complete (or the reply left it): nothing more may follow
             reason: FinishReason = "error" if grammar.error else "stop"
-            return self._finish(row, reason, text=scan.text, new_tokens=1, flush=True, error=grammar.error)
+            error = grammar.error
+            return self._finish(row, reason, text=scan.text, new_tokens=1, flush=True, error=error, lp=lp)
         if row.generated >= row.job.max_tokens or len(row.tokens) >= self._row_len:
             # no more tokens asked for, or no cell left to feed this one back in: the row is full
-            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True)
+            return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True, lp=lp)
         row.pending = token
-        return self._update(row, text=scan.text, new_tokens=1)
+        return self._update(row, text=scan.text, new_tokens=1, lp=lp)
 
-    # ---- constrained rows ---------------------------------------------------------------------
-
-    def _grammar_vocab(self) -> GrammarVocab:
-        if self._grammar is None:
-            self._grammar = grammar_vocab(self._vocab)
-            self._masks = MaskTable(self.plan.rows, self._grammar, unpack=True)
-        return self._grammar
-
-    def _prefetch_masks(self, rows: list[Row]) -> None:
-        if self._masks is not None:
-            self._masks.prefetch([(r.seq, r.grammar) for r in rows if r.grammar is not None])
-
-    def _mask_logits(self, row: Row, grammar: RowGrammar, index: int) -> bool:
-        """Forbid the tokens the row's grammar forbids, on llama.cpp's own logits for `index`. False
-        when the grammar allows nothing at all (a dead end)."""
-        masks = self._masks
-        assert masks is not None
-        if not (grammar.active or grammar.blocks_eos):
-            return True
-        if row.pending is None and row.generated == 0:
-            masks.fill([(row.seq, grammar)])  # the first token, sampled after the prompt: not prefetched
-        if masks.dead_end(row.seq, grammar):
-            return False
-        logits = native.row_logits(self._ctx, index, self._vocab.n_tokens)
-        np.copyto(logits, np.float32(-np.inf), where=masks.forbidden(row.seq))
-        return True
-
-    def _update(self, row: Row, *, text: str = "", new_tokens: int = 0) -> JobUpdate:
+    def _update(
+        self, row: Row, *, text: str = "", new_tokens: int = 0, lp: tuple[TokenLogprob, ...] = ()
+    ) -> JobUpdate:
         return JobUpdate(
             job_id=row.job.job_id,
             text=text,
@@ -415,6 +384,7 @@ class LlamaEngine:
             prompt_processed=row.prompt_processed,
             reused_tokens=row.reused,
             choice=row.choice,
+            logprobs=lp,
         )
 
     def _finish(
@@ -427,6 +397,7 @@ class LlamaEngine:
         flush: bool = False,
         stop_string: str | None = None,
         error: str | None = None,
+        lp: tuple[TokenLogprob, ...] = (),
     ) -> JobUpdate:
         """Free the row (keeping a copy in the pool) and build its final update."""
         if flush:
@@ -456,6 +427,7 @@ class LlamaEngine:
             stop_string=stop_string,
             error=error if reason == "error" else None,
             choice=row.choice,
+            logprobs=lp,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------
@@ -473,10 +445,16 @@ class LlamaEngine:
             prefix_lookups=pool.lookups if pool else 0,
             prefix_hits=pool.hits if pool else 0,
             steps_total=c["steps"],
-            memory={
-                "kv": self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
-                "model": self._facts.model_bytes,
-            },
+            memory=llama_account(
+                native.buffer_sizes(self._model)
+                + native.buffer_sizes(self._ctx)
+                + (self._embedder.buffers if self._embedder else BufferSizes()),
+                weights=self._facts.model_bytes,
+                kv=self.plan.n_seq * self._row_len * self._facts.kv_bytes_per_token,
+                pool_slots=self.plan.pool_slots,
+                sequences=self.plan.n_seq,
+                budget=self._budget,
+            ).as_dict(),
         )
 
     def pool_entries(self) -> list[tuple[int, ...]]:
@@ -488,8 +466,8 @@ class LlamaEngine:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        if getattr(self, "_masks", None) is not None:
-            self._masks.close()
+        if getattr(self, "_logits", None) is not None:
+            self._logits.close()
         for row in getattr(self, "_rows", {}).values():
             native.free_sampler(row.sampler)
         self._rows = {}

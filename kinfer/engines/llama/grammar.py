@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from llguidance import LLTokenizer
-
+from kinfer.constrain.library import LLTokenizer
 from kinfer.constrain.runtime import GrammarVocab
 from kinfer.engines.llama import native
 

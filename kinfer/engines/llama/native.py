@@ -8,15 +8,18 @@ and llama.cpp's sampler chain built from `Sampling`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as lib
 import numpy as np
 
+from kinfer.engines.llama.memory import BufferSizes, parse_buffer_sizes
 from kinfer.errors import EngineFailure
 from kinfer.protocol import Sampling
 
@@ -34,6 +37,7 @@ class _LogRouter:
 
     def __init__(self) -> None:
         self._line = threading.local()
+        self.captured = threading.local()  # .lines: a list while `capture_log` runs on this thread
         # the C side keeps only the function pointer: this object must outlive every model
         self.callback = lib.llama_log_callback(self._on_log)
 
@@ -44,7 +48,8 @@ class _LogRouter:
             line.parts = []
             line.level = _PY_LEVEL.get(level, logging.DEBUG)
             # llama.cpp logs a few debug lines per decode: drop them early unless someone listens
-            line.keep = native_log.isEnabledFor(line.level)
+            capturing = getattr(self.captured, "lines", None) is not None
+            line.keep = capturing or native_log.isEnabledFor(line.level)
         if not line.keep:
             return
         line.parts.append((text or b"").decode("utf-8", errors="replace"))
@@ -57,6 +62,9 @@ class _LogRouter:
         line.parts = []
         if text:
             native_log.log(line.level, "%s", text)
+            lines = getattr(self.captured, "lines", None)
+            if lines is not None:
+                lines.append(text)
 
 
 _router: _LogRouter | None = None
@@ -69,6 +77,29 @@ def init_backend() -> None:
         _router = _LogRouter()
         lib.llama_log_set(_router.callback, ctypes.c_void_p(0))
         lib.llama_backend_init()
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """The lines llama.cpp logs on this thread while the block runs (at any level)."""
+    init_backend()
+    assert _router is not None
+    lines: list[str] = []
+    _router.captured.lines = lines
+    try:
+        yield lines
+    finally:
+        _router._flush()
+        _router.captured.lines = None
+
+
+# bytes of the buffers llama.cpp reported allocating for each model and context, by pointer
+_buffers: dict[int, BufferSizes] = {}
+
+
+def buffer_sizes(pointer: int) -> BufferSizes:
+    """What llama.cpp said it allocated for a model or context made by this module (empty if unknown)."""
+    return _buffers.get(pointer, BufferSizes())
 
 
 def supports_gpu_offload() -> bool:
@@ -97,7 +128,10 @@ def load_model(path: Path, gpu_layers: int) -> int:
     """Load a GGUF file; returns the llama_model pointer. Raises EngineFailure if llama.cpp refuses it."""
     params = lib.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
-    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    with capture_log() as lines:
+        model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if model:
+        _buffers[model] = parse_buffer_sizes(lines)
     if not model:
         raise EngineFailure(f"llama.cpp could not load {path} (see the kinfer.llama_cpp log)")
     return model
@@ -402,7 +436,10 @@ def create_context(
     params.kv_unified = False
     params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
     params.no_perf = True
-    ctx = lib.llama_init_from_model(model, params)
+    with capture_log() as lines:
+        ctx = lib.llama_init_from_model(model, params)
+    if ctx:
+        _buffers[ctx] = parse_buffer_sizes(lines)
     if not ctx:
         raise EngineFailure(f"llama.cpp could not create a context of {n_ctx} tokens x {n_seq} sequences")
     return ctx
@@ -423,8 +460,10 @@ def decode(ctx: int, batch: TokenBatch) -> int:
 
 
 def free_context(ctx: int) -> None:
+    _buffers.pop(ctx, None)
     lib.llama_free(ctx)
 
 
 def free_model(model: int) -> None:
+    _buffers.pop(model, None)
     lib.llama_model_free(model)

@@ -1,18 +1,24 @@
-"""Per-reply state of the llama.cpp engine: one `Row` per choice of a job, in one sequence id."""
+"""Per-reply state of the llama.cpp engine: one `Row` per choice of a job, each in its own sequence id."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob
+from kinfer.engines.llama.native import has_penalties
+from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 
 RowKey = tuple[str, int]  # (job id, choice)
 
 
 class Row:
-    """The mutable state of one reply in progress (engine-internal)."""
+    """One reply (choice `choice` of its job) in sequence id `seq` (engine-internal)."""
 
     __slots__ = (
+        "argmax_draw",
+        "bias",
         "checkpoints",
         "choice",
         "decoder",
@@ -34,7 +40,7 @@ class Row:
         self.job = job
         self.choice = choice
         self.order = order  # submission order: waiting prompts are prefilled first come, first served
-        self.sampler = sampler
+        self.sampler = sampler  # this choice's own chain (its own seed: choice_sampling)
         self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
         self.reused = 0
         self.pending: int | None = None  # the last sampled token, fed to the model at the next step
@@ -45,6 +51,10 @@ class Row:
         self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
         # sequence ids held for the job's other choices until the prompt is in (choice 0 only)
         self.reserved: list[int] = []
+        # choices differ only in their seed, so bias and the greedy shortcut are the job's
+        self.bias: tuple[np.ndarray, np.ndarray] | None = bias_arrays(job.sampling)
+        # greedy with no penalties: the engine takes the argmax itself (RowLogits.draw_greedy)
+        self.argmax_draw = job.sampling.greedy and not has_penalties(job.sampling)
 
     @property
     def key(self) -> RowKey:
@@ -57,3 +67,10 @@ class Row:
     @property
     def prompt_processed(self) -> int:
         return min(len(self.tokens), len(self.job.prompt))
+
+    @property
+    def touches_logits(self) -> bool:
+        """The row changes or reads its logits before the draw (bias, grammar mask, logprobs)."""
+        grammar = self.grammar
+        masked = grammar is not None and (grammar.active or grammar.blocks_eos)
+        return masked or self.bias is not None or self.job.sampling.logprobs is not None

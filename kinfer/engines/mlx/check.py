@@ -20,23 +20,6 @@ TOLERANCE = {mx.float32: 1e-3}
 DEFAULT_TOLERANCE = 0.1  # half-precision models: relative to the largest logit
 
 
-def self_check(engine) -> None:
-    """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
-
-    An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
-    or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-    producing wrong text later."""
-    try:
-        check_engine_layers(engine)
-    except EngineFailure:
-        raise
-    except Exception as exc:
-        arch = engine.info.architecture
-        raise EngineFailure(
-            f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
-        ) from exc
-
-
 def check_engine_layers(engine) -> None:
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -85,3 +68,20 @@ def _weight_dtype(model) -> mx.Dtype:
         if mx.issubdtype(value.dtype, mx.floating):
             return value.dtype
     return mx.float32
+
+
+def self_check_engine(engine) -> None:
+    """Run a few tokens through kinfer's caches and through mlx-lm's own, and compare the logits.
+
+    An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
+    or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
+    producing wrong text later."""
+    try:
+        check_engine_layers(engine)
+    except EngineFailure:
+        raise
+    except Exception as exc:
+        arch = engine.info.architecture
+        raise EngineFailure(
+            f"{arch}: this architecture does not run on kinfer's batched MLX caches ({exc})"
+        ) from exc

@@ -33,6 +33,8 @@ from kinfer.engines.embedding import (
     is_matryoshka,
     read_sentence_transformers,
 )
+from kinfer.engines.memory_account import MemoryAccount
+from kinfer.engines.mlx.memory import weight_bytes
 from kinfer.errors import EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -206,7 +208,17 @@ class MlxEmbeddingEngine:
         return EngineStats(
             prompt_tokens_total=self._tokens,
             steps_total=self._passes,
-            memory={"mlx_active": mx.get_active_memory(), "mlx_peak": mx.get_peak_memory()},
+            memory={
+                **MemoryAccount.from_allocator(
+                    mx.get_active_memory(),
+                    weights=weight_bytes(self._model),
+                    kv=0,
+                    state=0,
+                    pool=0,
+                    cache=mx.get_cache_memory(),
+                ).as_dict(),
+                "peak": mx.get_peak_memory(),
+            },
         )
 
     def close(self) -> None:

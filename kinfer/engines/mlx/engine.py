@@ -17,6 +17,7 @@ Everything runs on the thread that built the engine (the scheduler's engine thre
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +26,9 @@ import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
-from kinfer.engines.mlx import blas, check, fuse
+from kinfer.engines.logprobs import check_bias_ids
+from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -37,13 +40,16 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
+from kinfer.engines.mlx.logits import grammar_words
+from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
-from kinfer.engines.mlx.rows import Row, StepBatch, plan_prefill
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, mask_logits, needs_penalties, sample
+from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ class MlxEngine:
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
     cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
+    step_budget_ms: the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
@@ -70,11 +77,13 @@ class MlxEngine:
         prefix_cache: bool = True,
         cache_limit_gb: float = 4.0,
         prefill_chunk: int = 0,
+        step_budget_ms: float = 0.0,
         self_check: bool = True,
         fused_decode: bool = True,
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
         min_ctx: int = 0,
+        memory_budget_gb: float = 0.0,
     ) -> None:
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
@@ -101,6 +110,8 @@ class MlxEngine:
             layer.fused_decode = fused_decode
         self._gated_delta = gated_delta
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        self._budget = device_budget(memory_budget_gb, gpu)
+        self._weights = weight_bytes(self._model)
         self.plan = plan_size(
             rows=rows,
             ctx=ctx,
@@ -111,7 +122,11 @@ class MlxEngine:
             prefix_cache=prefix_cache,
             prefill_chunk=prefill_chunk,
             min_ctx=min_ctx,
+            budget=self._budget,
+            weights=self._weights,
+            cache_limit=int(cache_limit_gb * (1 << 30)),
         )
+        mx.set_cache_limit(self.plan.cache_limit)
         for layer in recurrent:
             layer.rows = self.plan.rows
         self._eos = directory.eos_ids
@@ -132,7 +147,12 @@ class MlxEngine:
 
         self._alloc = BlockAllocator()
         self._pool = (
-            PrefixPool(self._alloc, self.plan.pool_entries, exact_only=bool(recurrent))
+            PrefixPool(
+                self._alloc,
+                self.plan.pool_entries,
+                exact_only=bool(recurrent),
+                state_bytes=self.plan.pool_state_bytes,
+            )
             if prefix_cache
             else None
         )
@@ -145,13 +165,13 @@ class MlxEngine:
         self._held = 0  # free slots promised to choices not forked yet (Row.unborn)
         self._order = 0
         self._finished_early: list[JobUpdate] = []
-        self._inflight: tuple[mx.array, list[Row]] | None = None
+        self._inflight: Inflight | None = None
+        self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         if self_check:
-            # kinfer's caches must give mlx-lm's logits; an architecture that does not fails here, at load
-            check.self_check(self)
+            self_check_engine(self)  # a batched-cache mismatch fails here, at load
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -185,6 +205,8 @@ class MlxEngine:
 
     @property
     def free_rows(self) -> int:
+        if self._rows and over_budget(self._budget):
+            return 0  # over the memory budget: new rows wait for running ones to finish
         return self._slots.count(None) - self._held
 
     @property
@@ -206,12 +228,13 @@ class MlxEngine:
             )
         if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
+        check_bias_ids(job.sampling, self._batch.vocab)
         if job.max_tokens <= 0:
             self._finished_early.extend(
                 JobUpdate(job.job_id, finish="length", choice=c) for c in range(job.choices)
             )
             return 0
-        if self.free_rows < max(1, job.choices):
+        if self._slots.count(None) - self._held < max(1, job.choices):
             raise Busy("no free row", retry_after=1.0)
         slot = self._slots.index(None)
         grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
@@ -240,20 +263,27 @@ class MlxEngine:
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
+        read_back, prompt = self._inflight is not None, self._counts["prompt"]
         try:
             dispatched = self._dispatch(updates)
             if self._inflight is not None:
-                updates.extend(self._collect(*self._inflight))
+                updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._counts["prompt"] - prompt)
         self._inflight = dispatched
         self._counts["steps"] += 1
         return updates
 
     def stats(self) -> EngineStats:
         c = self._counts
-        kv = sum(layer.nbytes for layer in self._paged)
-        state = sum(layer.nbytes for layer in self._layers if isinstance(layer, StateSlots))
+        account = mlx_account(
+            weights=self._weights,
+            paged=self._paged,
+            recurrent=[layer for layer in self._layers if isinstance(layer, StateSlots)],
+            pool=self._pool,
+            budget=self._budget,
+        )
         return EngineStats(
             rows_total=self.plan.rows,
             rows_busy=len(self._rows),
@@ -265,19 +295,16 @@ class MlxEngine:
             prefix_hits=self._pool.hits if self._pool else 0,
             steps_total=c["steps"],
             memory={
-                "mlx_active": mx.get_active_memory(),
-                "mlx_peak": mx.get_peak_memory(),
-                "mlx_cache": mx.get_cache_memory(),
-                "kv": kv,
+                **account.as_dict(),
+                "peak": mx.get_peak_memory(),
                 "kv_blocks_used": self._alloc.used,
                 "kv_blocks_total": self._alloc.total,
-                "state": state,
             },
         )
 
     def close(self) -> None:
         if self._inflight is not None:
-            mx.eval(self._inflight[0])
+            mx.eval(self._inflight.tokens)
             self._inflight = None
         self._rows.clear()
         self._slots = [None] * len(self._slots)
@@ -294,31 +321,36 @@ class MlxEngine:
 
     # ---- one step -------------------------------------------------------------------------
 
-    def _dispatch(self, updates: list[JobUpdate]) -> tuple[mx.array, list[Row]] | None:
+    def _dispatch(self, updates: list[JobUpdate]) -> Inflight | None:
         """Build this step's passes and start them on the device; returns the decode pass's tokens."""
         for row in [r for r in self._slots if r is not None and r.unborn and r.ready]:
             self._fork(row)
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
-        tokens = self._decode(decoding, updates) if decoding else None
+        decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
-        for length, group in plan_prefill(filling, self.plan.prefill_chunk):
+        # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
+        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding))
+        chunks = plan_prefill(filling, room)
+        if decoding:
+            self._clock.budget.took(sum(length * len(group) for length, group in chunks))
+        for length, group in chunks:
             processed += self._prefill(group, length)
             for row in group:
                 updates.append(row.progress_update())
-        if tokens is None and processed == 0:
+        if decoded is None and processed == 0:
             return None
-        outputs = [layer_array for layer in self._layers for layer_array in _arrays(layer)]
-        if tokens is not None:
-            outputs.append(tokens)
+        outputs = [array for layer in self._layers for array in _arrays(layer)]
+        if decoded is not None:
+            outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
         mx.async_eval(outputs)
         self._counts["last"] = processed
-        return (tokens, decoding) if tokens is not None else None
+        return decoded
 
-    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
+    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
         batch = self._batch
         plan = batch.plan(rows)
         for row in rows:
@@ -326,6 +358,8 @@ class MlxEngine:
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
+            logits = logits.astype(mx.float32) + plan.bias
         if any(row.grammar is not None for row in rows):
             logits = self._constrain(logits, rows, updates)
         history = None
@@ -340,8 +374,10 @@ class MlxEngine:
                 self._history = updated
             else:
                 self._history[plan.state_rows] = updated
+        # only rows that ask pay for a log-softmax (on the logits they sampled from)
+        logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)
-        return tokens
+        return Inflight(tokens, rows, plan.logprobs, logprobs)
 
     # ---- constrained rows ---------------------------------------------------------------------
 
@@ -358,26 +394,14 @@ class MlxEngine:
         batch; its token is dropped."""
         if self._inflight is not None:
             mx.async_eval(logits)
-            updates.extend(self._collect(*self._inflight))
+            updates.extend(self._collect(self._inflight))
             self._inflight = None
-        masks = self._masks
-        assert masks is not None
-        masked = [
-            (i, row)
-            for i, row in enumerate(rows)
-            if row.grammar is not None and not row.done and (row.grammar.active or row.grammar.blocks_eos)
-        ]
-        if not masked:
-            return logits
-        masks.fill([(row.slot, row.grammar) for _, row in masked])
-        words = np.full((len(rows), masks.words.shape[1]), -1, dtype=np.int32)
-        for i, row in masked:
-            if masks.dead_end(row.slot, row.grammar):
-                updates.append(row.dead_end())
-                self._release(row, save=False)
-            else:
-                words[i] = masks.words[row.slot]
-        return mask_logits(logits, mx.array(words))
+        assert self._masks is not None
+        words, dead = grammar_words(self._masks, rows)
+        for row in dead:
+            updates.append(row.dead_end())
+            self._release(row, save=False)
+        return logits if words is None else mask_logits(logits, mx.array(words))
 
     def _prefill(self, rows: list[Row], length: int) -> int:
         for row in rows:
@@ -395,15 +419,20 @@ class MlxEngine:
                 self._save(row, row.fed)
         return length * len(rows)
 
-    def _collect(self, tokens: mx.array, rows: list[Row]) -> list[JobUpdate]:
+    def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
-        values = tokens.tolist()
+        values = step.tokens.tolist()
+        records = {}
+        if step.logprob_rows is not None and step.logprobs is not None:
+            records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
         updates = []
-        for row, token in zip(rows, values, strict=True):
+        for i, (row, token) in enumerate(zip(step.rows, values, strict=True)):
             if row.done:
                 continue  # finished or cancelled after this step was dispatched
             self._counts["generated"] += 1
             update = row.accept(token, self._eos)
+            if i in records and not (token in self._eos and not row.job.ignore_eos):
+                update = replace(update, logprobs=(records[i],))  # an end token has no text, no logprob
             updates.append(update)
             if update.finish is not None:
                 self._release(row, save=True)
@@ -520,9 +549,7 @@ class MlxEngine:
     def _init_history(self, row: Row) -> None:
         if self._history is None:
             self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
-        tail = list(row.job.prompt[-PENALTY_WINDOW_MAX:])
-        padded = [-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail
-        self._history[row.slot] = mx.array(padded, dtype=mx.int32)
+        self._history[row.slot] = history_row(row.job.prompt)
 
 
 def _arrays(layer) -> list[mx.array]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from llguidance import LLTokenizer, TokenizerWrapper
-
+from kinfer.constrain.library import LLTokenizer, TokenizerWrapper
 from kinfer.constrain.runtime import GrammarVocab
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
 

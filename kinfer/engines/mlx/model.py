@@ -112,7 +112,8 @@ def load_weights(path: Path):
 
 
 def model_vocab(model, fallback: int) -> int:
-    """Rows of the model's token embedding (may exceed the tokenizer's vocabulary); `fallback` if none."""
+    """Rows of the model's token embedding (may exceed the tokenizer's vocabulary: padding); `fallback`
+    if none."""
     from mlx.utils import tree_flatten
 
     for key, value in tree_flatten(model.parameters()):

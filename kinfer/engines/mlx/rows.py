@@ -16,6 +16,7 @@ import numpy as np
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.logits import LogprobRows, bias_table
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.protocol import FinishReason
@@ -153,7 +154,8 @@ class Row:
 
 
 def plan_prefill(rows: list[Row], budget: int) -> list[tuple[int, list[Row]]]:
-    """This step's prompt chunks within the token budget, grouped by chunk length (one pass each)."""
+    """This step's prompt chunks within `budget` tokens, first come first served, grouped by chunk
+    length (one pass each)."""
     groups: dict[int, list[Row]] = {}
     for row in rows:
         if budget <= 0:
@@ -172,6 +174,19 @@ class DecodePlan:
     slots: np.ndarray
     state_rows: mx.array | None  # slot of each batch entry; None when the batch is every slot in order
     sampling: SamplingBatch
+    bias: mx.array | None  # [B, V] logit_bias, when some row has one
+    logprobs: LogprobRows | None  # the rows that report logprobs, when some row asks
+
+
+@dataclass(frozen=True)
+class Inflight:
+    """A dispatched decode step: its tokens on the device, its rows, and the logprobs of the rows that
+    asked (`LogprobRows.compute`'s arrays), read back together."""
+
+    tokens: mx.array
+    rows: list[Row]
+    logprob_rows: LogprobRows | None = None
+    logprobs: tuple[mx.array, mx.array, mx.array] | None = None
 
 
 class StepBatch:
@@ -211,11 +226,14 @@ class StepBatch:
         if self._plan is None or self._plan.key != key:
             slots = np.array([r.slot for r in rows], dtype=np.int64)
             every_slot = len(rows) == self.rows and bool((slots == np.arange(self.rows)).all())
+            samplings = [r.job.sampling for r in rows]
             self._plan = DecodePlan(
                 key=key,
                 slots=slots,
                 state_rows=None if every_slot else mx.array(slots.astype(np.int32)),
-                sampling=make_batch([r.job.sampling for r in rows], [r.seed for r in rows], self.vocab),
+                sampling=make_batch(samplings, [r.seed for r in rows], self.vocab),
+                bias=bias_table(samplings, self.vocab),
+                logprobs=LogprobRows.of(samplings),
             )
         return self._plan
 

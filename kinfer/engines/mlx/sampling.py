@@ -53,6 +53,12 @@ def needs_penalties(sampling: Sampling) -> bool:
     ) and sampling.repeat_last_n != 0
 
 
+def history_row(prompt: Sequence[int]) -> mx.array:
+    """A row's penalty history at its start: the prompt's last tokens, -1 before them."""
+    tail = list(prompt[-PENALTY_WINDOW_MAX:])
+    return mx.array([-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail, dtype=mx.int32)
+
+
 def make_batch(samplings: Sequence[Sampling], seeds: Sequence[int], vocab: int) -> SamplingBatch:
     greedy = np.array([s.greedy for s in samplings], dtype=bool)
     top_k = np.array([s.top_k if s.top_k > 0 else vocab for s in samplings], dtype=np.int64)

@@ -76,7 +76,9 @@ class MlxTokenizer:
     # ---- encoding / decoding ------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        # encode_batch releases the GIL (encode does not): prompts are tokenized on preparation
+        # threads, and the engine thread's step must not wait on a long one
+        ids = self._tok.encode_batch([text], add_special_tokens=False)[0].ids
         if self.adds_bos and self.bos_id is not None and not text.startswith(self.bos_token):
             ids.insert(0, self.bos_id)
         return ids

@@ -9,18 +9,13 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
+from kinfer.engines.memory_account import PARTS
 from kinfer.tui import format as fmt
 from kinfer.tui.rates import Rates
 from kinfer.tui.sample import DashboardSample
 
-# engine memory keys in the order and words the gauge shows them; others follow by their own name
-MEMORY_LABELS = {
-    "model": "weights",
-    "kv": "KV",
-    "mlx_active": "MLX active",
-    "mlx_peak": "MLX peak",
-    "mlx_cache": "MLX cache",
-}
+# the memory account's parts (kinfer/engines/memory_account.py) in the words the gauge shows them
+PART_LABELS = {part: {"kv": "KV"}.get(part, part) for part in PARTS}
 OK_FINISHES = ("stop", "length", "tool_calls")
 FAILED_FINISHES = ("error", "deadline")
 
@@ -67,22 +62,37 @@ def memory_line(sample: DashboardSample) -> Text:
     line.append(fmt.size(system.rss), style="bold")
     line.append("  system ", style="dim")
     line.append(f"{fmt.size(system.memory_used)}/{fmt.size(system.memory_total)}", style="bold")
-    engine: dict[str, int] = {}
-    for model in sample.scheduler.models:
-        for key, value in model.stats.memory.items():
-            engine[key] = engine.get(key, 0) + value
-    keys = [k for k in MEMORY_LABELS if k in engine] + sorted(k for k in engine if k not in MEMORY_LABELS)
-    for key in keys:
-        line.append(f"  {MEMORY_LABELS.get(key, key)} ", style="dim")
-        line.append(fmt.size(engine[key]), style="bold")
     for index, gpu in enumerate(system.gpus):
         line.append(f"  GPU{index} ", style="dim")
         line.append(f"{fmt.size(gpu.used)}/{fmt.size(gpu.total)}", style="bold")
     return line
 
 
+def engine_memory_line(sample: DashboardSample) -> Text:
+    """The loaded models' memory account: the allocator's total against the budget, then the parts
+    that hold anything (summed over models)."""
+    engine: dict[str, int] = {}
+    for model in sample.scheduler.models:
+        for key, value in model.stats.memory.items():
+            engine[key] = engine.get(key, 0) + value
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append("engine ", style="dim")
+    if "total" not in engine:
+        line.append("-", style="bold")
+        return line
+    line.append(fmt.size(engine["total"]), style="bold")
+    if engine.get("budget"):
+        line.append(" of ", style="dim")
+        line.append(fmt.size(engine["budget"]), style="bold")
+    for part in PARTS:
+        if engine.get(part):
+            line.append(f"  {PART_LABELS[part]} ", style="dim")
+            line.append(fmt.size(engine[part]), style="bold")
+    return line
+
+
 class Gauges(Vertical):
-    """Three lines: rates with their history, load, memory."""
+    """Four lines: rates with their history, load, process and machine memory, the engine's account."""
 
     DEFAULT_CSS = """
     Gauges {
@@ -123,6 +133,7 @@ class Gauges(Vertical):
             yield Sparkline([], id="prompt-spark")
         yield Static(id="load-line", classes="line")
         yield Static(id="memory-line", classes="line")
+        yield Static(id="engine-memory-line", classes="line")
 
     def show(
         self,
@@ -140,3 +151,4 @@ class Gauges(Vertical):
             self.query_one(f"#{name}-spark", Sparkline).data = padded(history, self.history)
         self._set("load-line", load_line(sample))
         self._set("memory-line", memory_line(sample))
+        self._set("engine-memory-line", engine_memory_line(sample))

@@ -33,13 +33,14 @@ def make_engine(smollm2_gguf: Path) -> Iterator[Callable[..., LlamaEngine]]:
     """Builds LlamaEngines on the bundled SmolLM2 (small rows by default) and closes them after."""
     engines: list[LlamaEngine] = []
 
-    def make(**kw) -> LlamaEngine:
+    def make(path: Path | None = None, **kw) -> LlamaEngine:
+        """`path`: another GGUF than the bundled SmolLM2 (e.g. its float32 conversion)."""
         kw.setdefault("rows", 4)
         kw.setdefault("ctx", 1024)
         # one thread: this 2-core machine is shared with other test runs, and ggml's spinning thread
         # barrier slows down several-fold when one of its threads loses its core
         kw.setdefault("threads", 1)
-        engine = LlamaEngine(smollm2_gguf, name="smollm2", **kw)
+        engine = LlamaEngine(path or smollm2_gguf, name="smollm2", **kw)
         engines.append(engine)
         return engine
 

@@ -94,3 +94,28 @@ def test_cancelling_while_decoding_ends_every_choice(engine):
     assert sorted(u.choice for u in finishes) == [0, 1, 2, 3]
     assert {u.finish for u in finishes} == {"cancelled"}
     assert engine.free_rows == 4 and not engine.has_work
+
+
+def logprob_records(result) -> list[tuple[int, float, list[int]]]:
+    return [
+        (lp.token.id, lp.token.logprob, [t.id for t in lp.top]) for u in result.updates for lp in u.logprobs
+    ]
+
+
+def test_each_choice_is_biased_once_and_reports_its_own_logprobs(engine):
+    # every choice draws its first token from the prompt's logits; a draw writes its bias into them, so
+    # each choice must start from the model's own logits again (a bias added twice would show here)
+    prompt = chat_prompt(engine, STORY)
+    favoured = engine.tokenize(" dragon")[-1]
+    sampling = Sampling(temperature=0.0, logit_bias=((favoured, 4.0),), logprobs=2)
+    single = run_alone(engine, job("one", prompt, max_tokens=6, sampling=sampling))
+
+    both = run_jobs(engine, [job("two", prompt, max_tokens=6, sampling=sampling, choices=3)])
+
+    expected = logprob_records(single)
+    assert len(expected) >= 1
+    for key in ("two", "two#1", "two#2"):
+        assert both[key].text == single.text
+        got = logprob_records(both[key])
+        assert [(t, top) for t, _, top in got] == [(t, top) for t, _, top in expected]
+        assert [lp for _, lp, _ in got] == pytest.approx([lp for _, lp, _ in expected], abs=1e-4)

@@ -76,3 +76,30 @@ def test_sequence_ids_and_the_step_budget_have_room_for_every_row():
 
     assert plan(rows=8, ctx=512, step_tokens=4).n_batch == 8 + 16  # a row each, and 16 for prompts
     assert plan(step_tokens=64).n_ubatch == 64
+
+
+def test_a_memory_budget_shrinks_automatic_rows_then_the_context():
+    # 4 GiB of weights; 4 rows + 4 pool slots x 4096 tokens x 128 KiB = 4 GiB of KV
+    fitted = plan(budget=6 * GIB, weights=4 * GIB)
+    assert (fitted.rows, fitted.ctx) == (2, 4096)  # (2 + 2) x 4096 x 128 KiB: the 2 GiB left
+
+    tighter = plan(budget=4 * GIB + GIB // 2, weights=4 * GIB)
+    assert (tighter.rows, tighter.ctx) == (1, 2048)
+
+
+def test_a_memory_budget_shrinks_explicit_rows_and_refuses_a_context_that_cannot_fit():
+    assert plan(rows=8, ctx=4096, budget=6 * GIB, weights=4 * GIB).rows == 2
+    with pytest.raises(InvalidRequest, match="memory budget"):
+        plan(rows=1, ctx=32768, budget=6 * GIB, weights=4 * GIB)
+    with pytest.raises(InvalidRequest, match="memory budget"):
+        plan(budget=3 * GIB, weights=4 * GIB)
+
+
+def test_the_budget_keeps_room_for_the_compute_buffers_and_recurrent_state():
+    vocab = 150_000  # 4 bytes x 512 x 150,000 x 1.25: ~366 MiB of logits
+    with_scratch = plan(budget=5 * GIB, weights=4 * GIB, n_vocab=vocab)
+    without = plan(budget=5 * GIB, weights=4 * GIB)
+    assert with_scratch.ctx < without.ctx
+
+    state = plan(budget=5 * GIB, weights=4 * GIB, state_bytes_per_row=GIB // 8)
+    assert state.ctx < without.ctx

@@ -87,7 +87,7 @@ def test_stats_count_steps_tokens_and_memory(engine):
     assert stats.tokens_last_step == 1
     # two rows x 1024 tokens x 30 layers x 3 KV heads x (64 + 64) dims x 2 bytes
     assert stats.memory["kv"] == 2 * 1024 * 30 * 3 * 128 * 2
-    assert stats.memory["model"] > 50_000_000
+    assert stats.memory["weights"] > 50_000_000
 
 
 def test_automatic_sizing_on_the_cpu(make_engine):

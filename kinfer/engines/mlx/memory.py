@@ -1,0 +1,88 @@
+"""The MLX engine's memory account (kinfer/engines/memory_account.py) and its run-time budget check.
+
+Everything the engine allocates goes through MLX's allocator, so `mx.get_active_memory()` is the
+total; the parts are read from the arrays that hold them, and scratch (a step's activations and
+logits, the penalty history, grammar masks) is what remains.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from kinfer.engines.budget import ram_total, resolve_budget
+from kinfer.engines.memory_account import MemoryAccount
+
+log = logging.getLogger(__name__)
+
+WARN_INTERVAL_S = 60.0  # over the budget, one warning a minute at most
+_warned = [-WARN_INTERVAL_S]  # when the last over-budget warning was logged (monotonic seconds)
+
+if TYPE_CHECKING:
+    from kinfer.engines.mlx.kv import PagedLayer
+    from kinfer.engines.mlx.prefix import PrefixPool
+    from kinfer.engines.mlx.state import StateSlots
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's parameters (after projection fusing, which replaces the pieces it joins)."""
+    if model is None:
+        return 0
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()) if isinstance(v, mx.array))
+
+
+def mlx_account(
+    *,
+    weights: int,
+    paged: list[PagedLayer],
+    recurrent: list[StateSlots],
+    pool: PrefixPool | None,
+    budget: int,
+) -> MemoryAccount:
+    return MemoryAccount.from_allocator(
+        mx.get_active_memory(),
+        weights=weights,
+        kv=sum(layer.nbytes for layer in paged),
+        state=sum(layer.nbytes for layer in recurrent),
+        pool=pool.state_bytes if pool is not None else 0,
+        cache=mx.get_cache_memory(),
+        budget=budget,
+    )
+
+
+def over_budget(budget: int) -> bool:
+    """True when the allocator holds more than `budget` (0: no budget), after MLX's cache of freed
+    buffers is given back: a new row must wait for running ones to finish instead of growing further."""
+    if budget <= 0:
+        return False
+    if mx.get_active_memory() + mx.get_cache_memory() <= budget:
+        return False
+    mx.clear_cache()
+    active = mx.get_active_memory()
+    if active <= budget:
+        return False
+    now = time.monotonic()
+    if now - _warned[0] >= WARN_INTERVAL_S:  # a user seeing fewer rows busy should learn why
+        _warned[0] = now
+        log.warning(
+            "MLX holds %.2f GiB, over the memory budget of %.2f GiB: new replies wait for running ones "
+            "(--memory-budget)",
+            active / 2**30,
+            budget / 2**30,
+        )
+    return True
+
+
+def device_budget(setting_gb: float, gpu: bool) -> int:
+    """The memory budget in bytes (kinfer/engines/budget.py): of unified memory on Apple silicon, of
+    the GPU's memory on CUDA, of RAM on a CPU."""
+    info = mx.device_info() if hasattr(mx, "device_info") else {}
+    total = int(info.get("memory_size", 0) or 0) if gpu else 0
+    if not total:
+        return resolve_budget(setting_gb, total=ram_total(), kind="ram")
+    kind = "unified" if mx.metal.is_available() else "cuda"
+    return resolve_budget(setting_gb, total=total, kind=kind)

@@ -1,0 +1,120 @@
+"""How many prompt tokens a step may prefill beside decoding rows, so the step keeps to a time budget.
+
+A long prompt prefilled in one step stops every streaming reply for as long as it takes (27 s for
+3,000 tokens of the bundled model on a 2-core CPU). Both engines therefore ask `PrefillBudget` how
+many prompt tokens the step may take while rows decode: the budget left after the decode pass,
+divided by the measured time per prompt token. The speed is learned from the chunks themselves (a
+smoothed seconds-per-token, so it follows the slowdown as a prompt's attention grows), a chunk at
+most doubles from one step to the next (one fast measurement cannot blow the budget), and every
+step prefills at least `MIN_CHUNK` tokens so the prompt always advances. Without decoding rows
+nobody waits, and the engine's own token cap applies alone.
+
+The budget is `step_budget_ms` (a Setting); 0 picks it from the batch: `AUTO_FACTOR` times the
+measured decode-only step, never under a floor. On a GPU the floor is 50 ms (a fast step would
+otherwise cut prompts into chunks too small to run efficiently). On a CPU it is 300 ms: there a
+prompt token costs about what a decode step does (prefill is compute-bound too: 25-75 ms a token of
+the bundled model on one busy core, the longer the prompt the dearer), so a few decode steps' worth
+leaves a long prompt a token or two per step and multiplies its time to first token, while 300 ms
+still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer aims for).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AUTO_FACTOR = 2.5  # automatic budget: a step with a prompt chunk takes at most ~2.5 decode steps
+AUTO_FLOOR_GPU_S = 0.05  # ... and never less than this on a GPU
+AUTO_FLOOR_CPU_S = 0.3  # ... or on a CPU
+# small, because on a slow or busy CPU a prompt token can cost 25-75 ms (see above)
+FIRST_CHUNK = 8  # prompt tokens before anything is measured (then a chunk grows by GROWTH a step)
+MIN_CHUNK = 4  # a prompt advances at least this much per step, however slow the decode pass
+GROWTH = 2.0  # a chunk at most doubles from one step to the next
+SMOOTHING = 0.5  # weight of the newest measurement
+
+
+@dataclass
+class PrefillBudget:
+    """Learns the prefill speed and the decode step time of one engine; sizes its prompt chunks.
+
+    `step_ms`: the target step time while rows decode (0: automatic, see the module doc).
+    `max_tokens`: the engine's own cap on prompt tokens per step (llama.cpp's n_batch, MLX's chunk).
+    `floor_s`: the least automatic budget (`on` picks it for the device).
+    """
+
+    step_ms: float
+    max_tokens: int
+    floor_s: float = AUTO_FLOOR_GPU_S
+    per_token_s: float | None = None  # smoothed seconds per prompt token
+    decode_s: float | None = None  # smoothed seconds of a decode pass without prompt chunks
+    last_chunk: int = FIRST_CHUNK  # prompt tokens the last step beside decoding rows took
+
+    @classmethod
+    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool) -> PrefillBudget:
+        """The budget of an engine running on a GPU or on the CPU."""
+        return cls(step_ms, max_tokens, AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S)
+
+    @property
+    def target_s(self) -> float:
+        """The step time aimed at while rows decode."""
+        if self.step_ms > 0:
+            return self.step_ms / 1000.0
+        return max(self.floor_s, AUTO_FACTOR * (self.decode_s or 0.0))
+
+    def room(self, cap: int, decoding: bool, taken: int = 0, spent_s: float | None = None) -> int:
+        """Prompt tokens the step's next chunk may take, at most `cap` (the engine's own limit).
+
+        `taken`: prompt tokens this step already took (the first chunk always advances, a later one
+        gets only what the budget has left). `spent_s`: time the step already took (llama.cpp times
+        its passes); None: the smoothed decode time stands in (MLX dispatches a step ahead)."""
+        if not decoding:
+            return cap
+        if self.per_token_s is None:
+            return min(cap, FIRST_CHUNK) if taken == 0 else 0
+        spent = spent_s if spent_s is not None else (self.decode_s or 0.0)
+        room = int((self.target_s - spent) / self.per_token_s)
+        if taken == 0:
+            room = max(MIN_CHUNK, room)
+        room = min(room, max(MIN_CHUNK, int(self.last_chunk * GROWTH)) - taken)
+        return max(0, min(cap, room))
+
+    def took(self, tokens: int) -> None:
+        """A step beside decoding rows prefilled `tokens` (the base of the next such step's growth)."""
+        if tokens > 0:
+            self.last_chunk = tokens
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        """`tokens` prompt tokens took `seconds` (their own pass, or a step's time less its decode)."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        self.per_token_s = _smooth(self.per_token_s, seconds / tokens)
+
+    def decoded(self, seconds: float) -> None:
+        """A decode pass without prompt chunks took `seconds`."""
+        if seconds > 0:
+            self.decode_s = _smooth(self.decode_s, seconds)
+
+
+def _smooth(old: float | None, new: float) -> float:
+    return new if old is None else SMOOTHING * new + (1.0 - SMOOTHING) * old
+
+
+@dataclass
+class StepClock:
+    """Times the steps of an engine that dispatches a step before reading the last one back (MLX):
+    the time between two steps that read decoded tokens is what a streaming row waits for a token,
+    and it is charged to the prompt tokens the earlier step dispatched beside the decode pass."""
+
+    budget: PrefillBudget
+    _last: float | None = None
+    _prefill: int = 0  # prompt tokens dispatched by the step that ended at `_last`
+
+    def ended(self, now: float, *, read_back: bool, prefill: int) -> None:
+        """A step ended at `now`; `read_back`: it read back a decode pass the step before dispatched;
+        `prefill`: prompt tokens it dispatched beside its own decode pass."""
+        if read_back and self._last is not None:
+            seconds = now - self._last
+            if self._prefill:
+                self.budget.prefilled(self._prefill, seconds - (self.budget.decode_s or 0.0))
+            else:
+                self.budget.decoded(seconds)
+        self._last, self._prefill = now, prefill

@@ -1,0 +1,113 @@
+"""The MLX engine's memory account adds up, and its memory budget shrinks the plan and holds.
+
+The account's parts (weights, KV, recurrent state, the prefix pool's snapshots) are read from the arrays
+that hold them; scratch is what MLX's allocator holds beyond them. On the H200 a lazy snapshot copy once
+pinned a whole [rows, ...] state array per pool entry and active memory outgrew every named part: here
+scratch must stay within what the plan keeps for it at every step, and the named parts must explain at
+least 90 % of active memory while the rows decode and between replies.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import mlx.core as mx
+
+from kinfer.engines.memory_account import PARTS
+from kinfer.engines.mlx.memory import over_budget
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, run_alone, run_jobs
+
+SYSTEM = "You are a terse assistant of a bakery in Lyon."
+MIB = 1 << 20
+
+
+def questions(engine, round_: int, count: int = 6):
+    return [
+        job(
+            f"{round_}-{i}",
+            engine.tokenize(chat(f"Question {i} of round {round_}: " + "why? " * i, system=SYSTEM)),
+            12,
+        )
+        for i in range(count)
+    ]
+
+
+def test_the_named_parts_explain_active_memory_while_rows_run(tiny_qwen35, make_mlx):
+    # MLX's active memory is the process's: arrays other tests keep alive (mlx-lm's reference models)
+    # are there before the engine loads, and are left out of what the engine must explain
+    gc.collect()
+    mx.synchronize()
+    before = mx.get_active_memory()
+    engine = make_mlx(tiny_qwen35, rows=4, ctx=512)
+    seen = []
+
+    def explained(memory: dict[str, int]) -> bool:
+        named = memory["weights"] + memory["kv"] + memory["state"] + memory["pool"]
+        return named >= 0.9 * (memory["total"] - before)
+
+    def sample(step, results):
+        memory = engine.stats().memory
+        assert sum(memory[part] for part in PARTS if part != "cache") == memory["total"]
+        assert memory["scratch"] - before <= engine.plan.scratch_bytes, f"step {step}: {memory}"
+        decoding = all(r.new_tokens or r.finish for r in results.values())
+        assert explained(memory) or not decoding, f"step {step}: {memory}"
+        seen.append(memory)
+
+    for round_ in range(3):  # several rounds of replies: the pool fills with state snapshots
+        results = run_jobs(engine, questions(engine, round_), on_step=sample)
+        assert all(r.new_tokens for r in results.values())
+        assert explained(engine.stats().memory)
+
+    last = seen[-1]
+    assert last["weights"] > 0 and last["kv"] > 0 and last["state"] > 0
+    assert last["pool"] == engine._pool.state_bytes > 0
+    assert len(seen) > 20
+
+
+def test_a_budget_smaller_than_the_plan_shrinks_it_and_replies_still_come(tiny_qwen35, make_mlx):
+    unbounded = make_mlx(tiny_qwen35, rows=0, ctx=0, memory_budget_gb=-1)
+    budget = 6 * MIB
+    small = make_mlx(tiny_qwen35, rows=0, ctx=0, memory_budget_gb=budget / (1 << 30))
+
+    assert small.plan.ctx * small.plan.rows < unbounded.plan.ctx * unbounded.plan.rows
+    assert small.plan.max_blocks < unbounded.plan.max_blocks
+    assert small.plan.pool_state_bytes < unbounded.plan.pool_state_bytes
+    assert small.plan.cache_limit <= budget // 10
+    assert small.stats().memory["budget"] == budget
+
+    unbounded.close()
+    gc.collect()
+    mx.synchronize()
+    mx.clear_cache()
+    others = small.stats().memory["scratch"]  # idle: arrays other tests keep alive, not this engine's
+    mx.reset_peak_memory()
+    results = run_jobs(small, questions(small, 0, count=8))
+    assert all(r.finish in ("stop", "length") and r.new_tokens for r in results.values())
+    assert mx.get_peak_memory() - others <= budget
+
+
+def test_explicit_rows_beyond_the_budget_shrink_too(tiny_qwen35, make_mlx):
+    engine = make_mlx(tiny_qwen35, rows=64, ctx=1024, memory_budget_gb=6 * MIB / (1 << 30))
+
+    assert engine.plan.rows < 64 and engine.plan.ctx == 1024
+    assert run_alone(engine, questions(engine, 0, count=1)[0]).new_tokens
+
+
+def test_over_the_budget_new_rows_wait_for_running_ones(tiny_qwen35, make_mlx):
+    engine = make_mlx(tiny_qwen35, rows=4, ctx=512, memory_budget_gb=64 * MIB / (1 << 30))
+    first, second = questions(engine, 0, count=2)
+    engine.submit(first)
+    engine.step()
+    assert engine.free_rows == 3
+
+    ballast = mx.zeros((64 * MIB // 4,), dtype=mx.float32)  # something else takes the budget's room
+    mx.eval(ballast)
+    assert over_budget(64 * MIB)
+    assert engine.free_rows == 0  # a running row may finish; no new one starts
+
+    del ballast
+    assert engine.free_rows == 3
+    engine.submit(second)
+    while engine.has_work:
+        engine.step()

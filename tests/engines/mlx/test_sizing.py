@@ -1,0 +1,84 @@
+"""The MLX engine's sizing under a memory budget (pure arithmetic over a qwen3.5-0.8b-shaped config)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.prefix import STATE_BYTES
+from kinfer.engines.mlx.sizing import plan_size
+from kinfer.errors import InvalidRequest
+from kinfer.store.model_shape import shape_from_config
+
+GIB = 1 << 30
+WEIGHTS = int(1.6 * GIB)
+CONFIG = {
+    "model_type": "qwen3_5",
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "full_attention_interval": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 16,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+    },
+}
+KV_PER_TOKEN = 6 * 2 * 2 * 256 * 2  # 6 attention layers x K and V x 2 heads x 256 x bf16
+
+
+def plan(**kw):
+    args = dict(
+        rows=0,
+        ctx=0,
+        gpu=True,
+        train_context=262144,
+        config=CONFIG,
+        attention_layers=6,
+        prefix_cache=True,
+        prefill_chunk=0,
+        weights=WEIGHTS,
+        available=120 * GIB,
+    )
+    args.update(kw)
+    return plan_size(**args)
+
+
+def planned_bytes(p) -> int:
+    """Everything the plan lets the engine hold at once."""
+    state = shape_from_config(CONFIG).state_bytes_per_row
+    kv = p.max_blocks * BLOCK * KV_PER_TOKEN
+    return WEIGHTS + p.cache_limit + p.scratch_bytes + p.pool_state_bytes + kv + p.rows * state
+
+
+def test_without_a_budget_the_plan_is_the_automatic_one():
+    p = plan(budget=0)
+    assert (p.rows, p.ctx, p.pool_state_bytes, p.cache_limit) == (16, 32768, STATE_BYTES, 4 * GIB)
+
+
+@pytest.mark.parametrize("budget_gib", [3, 4, 8, 16, 32])
+def test_everything_the_plan_holds_fits_the_budget(budget_gib):
+    p = plan(budget=budget_gib * GIB)
+    assert planned_bytes(p) <= budget_gib * GIB
+    assert p.cache_limit <= budget_gib * GIB // 10
+    assert p.rows >= 1 and p.ctx >= 512
+
+
+def test_a_smaller_budget_shrinks_the_context_first_then_rows():
+    roomy, tight = plan(budget=32 * GIB), plan(budget=3 * GIB)
+    assert tight.ctx < roomy.ctx and tight.max_blocks < roomy.max_blocks
+    assert tight.pool_state_bytes < roomy.pool_state_bytes
+    assert plan(budget=3 * GIB, ctx=8192).rows < 16  # an explicit context: rows give way
+
+
+def test_what_the_budget_cannot_hold_is_refused():
+    with pytest.raises(InvalidRequest, match="memory budget"):
+        plan(budget=GIB)  # not even the weights
+    with pytest.raises(InvalidRequest, match="memory budget"):
+        plan(budget=3 * GIB, ctx=262144)  # one row of the whole train context

@@ -1,0 +1,88 @@
+"""How many prompt tokens a step takes beside decoding rows (engines/prefill_budget.py): the measured
+prefill speed sizes the chunk so the step fits its time budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinfer.engines.prefill_budget import (
+    AUTO_FLOOR_CPU_S,
+    AUTO_FLOOR_GPU_S,
+    FIRST_CHUNK,
+    MIN_CHUNK,
+    PrefillBudget,
+    StepClock,
+)
+
+
+def test_without_decoding_rows_the_engines_own_cap_applies():
+    budget = PrefillBudget(step_ms=100, max_tokens=2048)
+    budget.prefilled(100, 1.0)  # slow: 10 ms a token
+    assert budget.room(2048, decoding=False) == 2048
+
+
+def test_before_any_measurement_a_small_first_chunk():
+    assert PrefillBudget(step_ms=100, max_tokens=2048).room(2048, decoding=True) == FIRST_CHUNK
+
+
+def test_the_chunk_fills_what_the_decode_pass_leaves_of_the_budget():
+    budget = PrefillBudget(step_ms=200, max_tokens=2048, last_chunk=1000)
+    budget.prefilled(100, 0.1)  # 1 ms a token
+    assert budget.room(2048, decoding=True, spent_s=0.05) == 150  # 150 ms left
+
+
+def test_a_chunk_at_most_doubles_from_one_step_to_the_next():
+    budget = PrefillBudget(step_ms=1000, max_tokens=2048)
+    budget.prefilled(FIRST_CHUNK, FIRST_CHUNK * 0.0001)  # fast: the budget would allow ~10,000
+    sizes = []
+    for _ in range(5):
+        sizes.append(budget.room(2048, decoding=True, spent_s=0.0))
+        budget.took(sizes[-1])
+    assert sizes == [2 * FIRST_CHUNK, 4 * FIRST_CHUNK, 8 * FIRST_CHUNK, 16 * FIRST_CHUNK, 32 * FIRST_CHUNK]
+
+
+def test_the_prompt_advances_even_when_decoding_alone_fills_the_budget():
+    budget = PrefillBudget(step_ms=50, max_tokens=2048)
+    budget.prefilled(100, 0.1)
+    assert budget.room(2048, decoding=True, spent_s=0.2) == MIN_CHUNK
+    # ... but a second prompt in the same step waits for the next one
+    assert budget.room(2048, decoding=True, taken=MIN_CHUNK, spent_s=0.25) == 0
+
+
+def test_the_speed_follows_a_prompt_that_grows_slower():
+    budget = PrefillBudget(step_ms=100, max_tokens=4096, last_chunk=4096)
+    budget.prefilled(100, 0.1)
+    first = budget.room(4096, decoding=True, spent_s=0.0)
+    for _ in range(6):  # attention over a longer prompt: each token costs twice as much
+        budget.prefilled(100, 0.2)
+    later = budget.room(4096, decoding=True, spent_s=0.0)
+    assert first == 100 and later == pytest.approx(50, abs=2)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "decode_s", "target_s"),
+    [(True, 0.004, AUTO_FLOOR_GPU_S), (True, 0.1, 0.25), (False, 0.06, AUTO_FLOOR_CPU_S), (False, 0.2, 0.5)],
+)
+def test_the_automatic_budget_is_a_few_decode_steps_never_under_the_devices_floor(gpu, decode_s, target_s):
+    budget = PrefillBudget.on(0, 2048, gpu=gpu)
+    budget.decoded(decode_s)
+    assert budget.target_s == pytest.approx(target_s)
+
+
+def test_an_explicit_budget_is_taken_as_given():
+    budget = PrefillBudget.on(80, 2048, gpu=False)
+    budget.decoded(1.0)
+    assert budget.target_s == pytest.approx(0.08)
+
+
+def test_a_step_clock_charges_a_steps_time_past_its_decode_to_the_prompt_tokens_it_dispatched():
+    budget = PrefillBudget(step_ms=100, max_tokens=2048)
+    clock = StepClock(budget)
+    clock.ended(0.0, read_back=False, prefill=0)  # the first step: nothing to read back yet
+    clock.ended(0.02, read_back=True, prefill=0)  # decode only: 20 ms
+    clock.ended(0.04, read_back=True, prefill=50)
+    clock.ended(0.14, read_back=True, prefill=0)  # the step with 50 prompt tokens took 100 ms
+    assert budget.decode_s == pytest.approx(0.02)
+    assert budget.per_token_s == pytest.approx((0.1 - 0.02) / 50)
+    clock.ended(5.0, read_back=False, prefill=0)  # idle in between: nothing is charged
+    assert budget.decode_s == pytest.approx(0.02)
