@@ -205,3 +205,17 @@ def test_each_choice_carries_its_own_logprobs_whole_and_streamed(client):
         assert "".join(entry.token for entry in content) == texts[choice.index]
         assert all(len(entry.top_logprobs) == 2 for entry in content)
         assert [e.token for e in streamed[choice.index]] == [e.token for e in content]
+
+
+def test_legacy_completion_choices_each_get_their_own_logprob_columns(client):
+    reply = client.completions.create(
+        model="smollm2", prompt="Once upon a time", max_tokens=8, n=2, logprobs=1, **SEEDED
+    )
+
+    assert len({c.text for c in reply.choices}) == 2
+    for choice in reply.choices:
+        columns = choice.logprobs
+        assert "".join(columns.tokens) == choice.text
+        # offsets count within the choice's own text, from 0
+        assert columns.text_offset[0] == 0
+        assert len(columns.token_logprobs) == len(columns.tokens) == len(columns.top_logprobs)

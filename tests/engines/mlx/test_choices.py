@@ -59,3 +59,23 @@ def test_cancelling_before_the_fork_ends_every_choice_and_frees_the_slots(tiny_l
         (2, "cancelled"),
     ]
     assert engine.free_rows == 4
+
+
+def test_each_choice_is_biased_and_reports_its_own_logprobs(tiny_models, make_mlx):
+    engine = make_mlx(tiny_models["llama"], prefix_cache=False)
+    prompt = engine.tokenize(PROMPT)
+    sampling = Sampling(temperature=0.0, logit_bias=((7, 3.0),), logprobs=2)
+    single = run_alone(engine, job("one", prompt, max_tokens=6, sampling=sampling))
+
+    three = run_jobs(engine, [job("n", prompt, max_tokens=6, sampling=sampling, choices=3)])
+
+    def records(result) -> list[tuple[int, list[int]]]:
+        return [(lp.token.id, [t.id for t in lp.top]) for u in result.updates for lp in u.logprobs]
+
+    def values(result) -> list[float]:
+        return [lp.token.logprob for u in result.updates for lp in u.logprobs]
+
+    assert records(single)
+    for key in ("n", "n#1", "n#2"):
+        assert records(three[key]) == records(single)
+        assert values(three[key]) == pytest.approx(values(single), abs=1e-3)
