@@ -45,6 +45,11 @@ class SchedulerCollector(Collector):
         hits = CounterMetricFamily(
             "kinfer_prefix_hits", "Prefix pool lookups that reused tokens", labels=["model"]
         )
+        computed = CounterMetricFamily(
+            "kinfer_prompt_tokens_computed",
+            "Prompt tokens the engine ran through the model (pool-adopted and n-choice copies excluded)",
+            labels=["model"],
+        )
         for model in snap.models:
             busy.add_metric([model.name], model.rows_busy)
             total.add_metric([model.name], model.rows_total)
@@ -52,12 +57,13 @@ class SchedulerCollector(Collector):
             step.add_metric([model.name], model.stats.tokens_last_step)
             lookups.add_metric([model.name], model.stats.prefix_lookups)
             hits.add_metric([model.name], model.stats.prefix_hits)
+            computed.add_metric([model.name], model.stats.prompt_tokens_total)
             for kind, value in byte_kinds(model.stats.memory).items():
                 if kind == "budget":
                     budget.add_metric([model.name], value)
                 else:
                     memory.add_metric([model.name, kind], value)
-        yield from (busy, total, loaded, step, memory, budget, lookups, hits)
+        yield from (busy, total, loaded, step, memory, budget, lookups, hits, computed)
         outcomes = CounterMetricFamily("kinfer_requests", "Finished requests by outcome", labels=["outcome"])
         for outcome, count in sorted(snap.outcomes.items()):
             outcomes.add_metric([outcome], count)

@@ -111,6 +111,8 @@ class ChatRequest:
     which a client sends back to continue); the stream's `context` holds the ids.
     `strict_capabilities`: asking for thinking, or sending tools, that the model's template cannot
     serve is refused (Ollama's 400 `"<model>" does not support thinking`) rather than ignored.
+    `n`: choices to generate (OpenAI's `n`): one prefill, then n rows decoding side by side; with a
+    seed, choice i draws with seed + i. Events carry their choice's index.
     """
 
     model: str
@@ -134,6 +136,10 @@ class ChatRequest:
     context: tuple[int, ...] = ()
     return_context: bool = False
     strict_capabilities: bool = False
+    n: int = 1
+
+
+MAX_CHOICES = 16  # n above this is refused: each choice takes a row of its own
 
 
 def validate_request(request: ChatRequest) -> None:
@@ -143,6 +149,8 @@ def validate_request(request: ChatRequest) -> None:
         raise InvalidRequest("messages must not be empty")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise InvalidRequest("max_tokens must be at least 1")
+    if not 1 <= request.n <= MAX_CHOICES:
+        raise InvalidRequest(f"n: must be between 1 and {MAX_CHOICES}")
     if request.tool_choice not in ("auto", "none"):
         if not request.tools:
             raise InvalidRequest(f"tool_choice {request.tool_choice!r} needs tools; the request has none")
@@ -193,6 +201,7 @@ class Delta:
 
     text: str
     kind: DeltaKind = "text"
+    choice: int = 0  # which of the request's n choices
     logprobs: tuple[TokenLogprob, ...] = ()
 
 
@@ -202,6 +211,7 @@ class ToolCallEvent:
 
     call: ToolCall
     index: int
+    choice: int = 0
 
 
 @dataclass(frozen=True)
@@ -228,14 +238,17 @@ class Timings:
 
 @dataclass(frozen=True)
 class Done:
-    """The reply ended. `stop_string`: which of `ChatRequest.stop` ended it (matched by the engine on
-    the raw generated text, so possibly inside thinking); None when it ended another way."""
+    """A reply (one choice) ended. `stop_string`: which of `ChatRequest.stop` ended it (matched by the
+    engine on the raw generated text, so possibly inside thinking); None when it ended another way."""
 
     reason: FinishReason
     usage: Usage
     timings: Timings
     detail: str | None = None  # why, when the reason alone does not say (e.g. "generation deadline")
     stop_string: str | None = None
+    # which choice ended; with n > 1 each choice has its own Done, and `usage` is the request's so far
+    # (prompt once, completion summed over the choices): the last Done's usage is the whole request's
+    choice: int = 0
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,15 @@ CHATML = (
 class _Row:
     job: GenerationJob
     script: str
+    choice: int = 0
     emitted: int = 0
     prefilled: bool = False
     stops: StopStringMatcher = field(default=None)  # type: ignore[assignment]
 
 
 class ScriptedEngine:
-    """`reply(prompt_text) -> str` decides what each request "generates".
+    """`reply(prompt_text) -> str` decides what each request "generates"; a list of strings gives
+    each of a job's choices (OpenAI's n) its own reply, by index.
 
     `fail_on`: a step raises (an engine fault) while a row whose reply holds this text decodes.
     `refuse_on`: `submit` refuses a prompt holding this text with `InvalidRequest`, as a real engine
@@ -65,8 +67,8 @@ class ScriptedEngine:
             rows=rows,
         )
         self._reply = reply
-        self._rows: dict[str, _Row] = {}
-        self._cancelled: list[str] = []
+        self._rows: dict[tuple[str, int], _Row] = {}
+        self._cancelled: list[tuple[str, int]] = []
         self._fail_on = fail_on
         self._refuse_on = refuse_on
         self._tokenize_fails_on = tokenize_fails_on
@@ -97,30 +99,33 @@ class ScriptedEngine:
         return bool(self._rows or self._cancelled)
 
     def submit(self, job: GenerationJob) -> int:
-        if self.free_rows <= 0:
+        if self.free_rows < job.choices:
             raise RuntimeError("no free row")
         prompt = self.detokenize(list(job.prompt))
         if self._refuse_on is not None and self._refuse_on in prompt:
             raise InvalidRequest("the scripted engine refuses this prompt")
-        script = self._reply(prompt)
-        self._rows[job.job_id] = _Row(job, script, stops=StopStringMatcher(job.stop))
+        scripts = self._reply(prompt)
+        for choice in range(job.choices):
+            script = scripts if isinstance(scripts, str) else scripts[choice]
+            self._rows[job.job_id, choice] = _Row(job, script, choice, stops=StopStringMatcher(job.stop))
         self.max_busy = max(self.max_busy, len(self._rows))
         return 0  # no prefix pool
 
     def cancel(self, job_id: str) -> None:
-        if self._rows.pop(job_id, None) is not None:
-            self._cancelled.append(job_id)
+        for key in [key for key in self._rows if key[0] == job_id]:
+            del self._rows[key]
+            self._cancelled.append(key)
 
     def step(self) -> list[JobUpdate]:
         self.steps += 1
         if self._step_delay:
             time.sleep(self._step_delay)
-        updates = [JobUpdate(job_id, finish="cancelled") for job_id in self._cancelled]
+        updates = [JobUpdate(job_id, finish="cancelled", choice=c) for job_id, c in self._cancelled]
         self._cancelled.clear()
-        for job_id, row in list(self._rows.items()):
+        for (job_id, choice), row in list(self._rows.items()):
             if not row.prefilled:
                 row.prefilled = True
-                updates.append(JobUpdate(job_id, prompt_processed=len(row.job.prompt)))
+                updates.append(JobUpdate(job_id, prompt_processed=len(row.job.prompt), choice=choice))
                 continue
             if self._fail_on is not None and self._fail_on in row.script:
                 raise RuntimeError("scripted engine fault")
@@ -135,11 +140,16 @@ class ScriptedEngine:
             text = scan.text + (row.stops.flush() if finish == "length" else "")
             updates.append(
                 JobUpdate(
-                    job_id, text=text, new_tokens=1 if piece else 0, finish=finish, stop_string=scan.matched
+                    job_id,
+                    text=text,
+                    new_tokens=1 if piece else 0,
+                    finish=finish,
+                    stop_string=scan.matched,
+                    choice=choice,
                 )
             )
             if finish:
-                del self._rows[job_id]
+                del self._rows[job_id, choice]
         return updates
 
     def stats(self) -> EngineStats:

@@ -7,7 +7,7 @@ routes each `JobUpdate` to the request it belongs to. The engine never blocks on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from kinfer.constrain.spec import Constraint
@@ -75,6 +75,10 @@ class GenerationJob:
     checkpoints: tuple[int, ...] = ()
     # a grammar the reply must follow (structured output, forced or started tool calls)
     constraint: Constraint | None = None
+    # replies to draw from this one prompt (OpenAI's n): the job takes `choices` rows at submit, the
+    # prompt is prefilled once in the first, and its KV/state is copied into the others, which then
+    # decode on their own (choice i with `choice_sampling(sampling, i)`, each its own grammar)
+    choices: int = 1
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,18 @@ class JobUpdate:
     finish: FinishReason | None = None
     stop_string: str | None = None  # the stop string that ended the row (finish == "stop"), if one did
     error: str | None = None  # why the row ended with finish == "error", when the engine can say
+    choice: int = 0  # which of the job's choices this row is (each finishes on its own)
     # the logprobs of the tokens sampled in this step (job.sampling.logprobs set); an end-of-generation
     # token has none (it releases no text)
     logprobs: tuple[TokenLogprob, ...] = ()
+
+
+def choice_sampling(sampling: Sampling, choice: int) -> Sampling:
+    """How choice `choice` of a job samples: with a seed, seed + choice (so the choices differ and the
+    whole reply repeats); choice 0 is exactly the job's own sampling, as with n = 1."""
+    if choice == 0 or sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=(sampling.seed + choice) & 0xFFFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -127,7 +140,7 @@ class Engine(Protocol):
 
     @property
     def free_rows(self) -> int:
-        """Rows a new job may take now."""
+        """Rows a new job may take now (a job takes `job.choices` of them)."""
         ...
 
     @property
@@ -136,14 +149,15 @@ class Engine(Protocol):
         ...
 
     def submit(self, job: GenerationJob) -> int:
-        """Give the job a row; its prompt is prefilled over the next steps. Raises if no row is free.
+        """Give the job its rows (one per choice); its prompt is prefilled over the next steps, once.
+        Raises if fewer than `job.choices` rows are free.
 
         Returns how many prompt tokens were adopted from the prefix pool (0 without a hit): the
         split between cached and fresh prompt tokens is known from here on, before any step."""
         ...
 
     def cancel(self, job_id: str) -> None:
-        """Free the job's row now; the next `step` reports it finished with reason "cancelled"."""
+        """Free the job's rows now; the next `step` reports each finished with reason "cancelled"."""
         ...
 
     def step(self) -> list[JobUpdate]:

@@ -88,6 +88,7 @@ def prepare_job(
         ignore_eos=request.ignore_eos,
         checkpoints=checkpoints,
         constraint=build_constraint(request, rendered),
+        choices=request.n,
     )
     return PreparedJob(job=job, rendered=rendered, prompt_tokens=len(tokens))
 

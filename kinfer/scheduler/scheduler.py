@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kinfer.config import Settings
 from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
 from kinfer.engines.base import JobUpdate
-from kinfer.errors import Busy, KinferError
+from kinfer.errors import Busy, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.embed_ticket import EmbedTicket
 from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, PreparedJob
@@ -155,6 +155,12 @@ class Scheduler:
         if self._ended is not None:  # the drain ended while this request waited for its model
             self._unpin(loaded)
             raise self._ended
+        if request.n > loaded.info.rows:  # each choice takes a row: more could never be admitted
+            self._unpin(loaded)
+            raise InvalidRequest(
+                f"n: {loaded.name} decodes {loaded.info.rows} replies at once here; ask for at most "
+                f"{loaded.info.rows} choices (or start kinfer with a larger --parallel)"
+            )
         load_seconds = time.monotonic() - load_started
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._streams:
@@ -288,7 +294,9 @@ class Scheduler:
             if stream is None:
                 continue
             stream.on_update(update)
-            if update.finish is not None:
+            if stream.done:
+                if stream.unfinished_choices():  # one choice failed: the others' rows are freed too
+                    self._cancel(stream.job_id)
                 self._retire(stream)
 
     def _on_failed(self, job_id: str, error: Exception) -> None:
@@ -303,7 +311,8 @@ class Scheduler:
             return
         loaded = self._stream_model.pop(stream.job_id, None)
         if stream.finish is None:  # its client left before the prompt was ready: a cancellation
-            stream.on_update(JobUpdate(stream.job_id, finish="cancelled"))
+            for choice in stream.unfinished_choices():
+                stream.on_update(JobUpdate(stream.job_id, finish="cancelled", choice=choice))
         self.outcomes[stream.finish or "error"] += 1
         self.prompt_tokens_total += stream.prompt_tokens
         self.generated_tokens_total += stream.generated

@@ -26,6 +26,8 @@ from kinfer.scheduler.jobs import PreparedJob
 
 RequestState = Literal["queued", "prefill", "decoding", "embedding", "done", "failed"]
 TAIL_CHARS = 120
+# one choice's whole reply: (text, thinking, tool calls, its Done)
+Collected = tuple[str, str, list, Done]
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,11 @@ class RequestSnapshot:
 
 
 class RequestStream:
-    """Events for one request. Iterate it; call `cancel()` when the client goes away."""
+    """Events for one request. Iterate it; call `cancel()` when the client goes away.
+
+    A request for n choices is one stream: each choice has its own output pipeline and its own
+    `Done` (events carry `choice`), and the stream ends once every choice has ended, or at the first
+    error (the scheduler then cancels the other choices' rows)."""
 
     def __init__(
         self,
@@ -68,7 +74,9 @@ class RequestStream:
         self.prompt_processed = 0
         self.reused = 0
         self.generated = 0
-        self.finish: FinishReason | None = None
+        self.finish: FinishReason | None = None  # set once every choice has ended (choice 0's reason)
+        self.choices = max(1, request.n)
+        self._choice_finish: list[FinishReason | None] = [None] * self.choices
         self.finished_at: float | None = None
         self.load_seconds = 0.0
         self.context: tuple[int, ...] | None = None  # prompt + reply token ids, when the request asked
@@ -76,23 +84,28 @@ class RequestStream:
         self.deadline_hit = False  # set when the generation deadline cancels this reply
         self._first_token_at: float | None = None
         self._prefill_started: float | None = None
-        self._pipeline: OutputPipeline | None = None
+        self._pipelines: list[OutputPipeline] = []
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._on_cancel = on_cancel
         self._moved = asyncio.Event()  # set whenever the state may have left "queued"
         self._queued_error: Exception | None = None  # the error, when it came before a row
-        # logprobs of tokens whose text the pipeline has not released yet (they go on the next Delta)
-        self._pending_logprobs: list[TokenLogprob] = []
-        self.logprobs: list[TokenLogprob] = []  # those of the answer text, gathered by `collect`
+        # per choice: logprobs of tokens whose text the pipeline has not released yet (they go on the
+        # choice's next Delta)
+        self._pending_logprobs: list[list[TokenLogprob]] = [[] for _ in range(self.choices)]
+        # per choice: those of the answer text, gathered by `collect` / `collect_choices`
+        self.choice_logprobs: list[list[TokenLogprob]] = [[] for _ in range(self.choices)]
 
     # ---- fed by the scheduler on the event loop -----------------------------------------
 
     def on_ready(self, prepared: PreparedJob) -> None:
         rendered = prepared.rendered
         self.prompt_tokens = prepared.prompt_tokens
-        self._pipeline = OutputPipeline(
-            rendered.traits, starts_in_thinking=rendered.starts_in_thinking, tools=self.request.tools
-        )
+        self._pipelines = [
+            OutputPipeline(
+                rendered.traits, starts_in_thinking=rendered.starts_in_thinking, tools=self.request.tools
+            )
+            for _ in range(self.choices)
+        ]
 
     def on_admitted(self, reused: int = 0) -> None:
         """The job took a row, adopting `reused` prompt tokens from the prefix pool: prefill starts now.
@@ -121,17 +134,31 @@ class RequestStream:
                 self.prompt_processed = self.prompt_tokens
             self.generated += update.new_tokens
             self.state = "decoding"
-        self._pending_logprobs.extend(update.logprobs)
-        if update.text and self._pipeline is not None:
-            self._tail = (self._tail + update.text)[-TAIL_CHARS:]
-            for event in self._pipeline.feed(update.text):
-                self._put(event)
+        choice = update.choice if 0 <= update.choice < self.choices else 0
+        self._pending_logprobs[choice].extend(update.logprobs)
+        if update.text and self._pipelines:
+            if choice == 0:
+                self._tail = (self._tail + update.text)[-TAIL_CHARS:]
+            self._emit(choice, self._pipelines[choice].feed(update.text))
         if update.finish == "error" and update.error is not None:
             # the engine ended the row and says why (a grammar dead end): the client gets an error
             self.on_error(EngineFailure(update.error))
         elif update.finish is not None:
-            self._finish(update.finish, now, update.stop_string)
+            self._finish(choice, update.finish, now, update.stop_string)
         self._moved.set()
+
+    def _emit(self, choice: int, events: list[Event]) -> None:
+        """Queue a choice's events; a Delta carries the logprobs of the choice's tokens generated up to
+        its text."""
+        pending = self._pending_logprobs[choice]
+        for event in events:
+            if isinstance(event, Delta) and pending:
+                event = replace(event, logprobs=tuple(pending))
+                pending.clear()
+            self._events.put_nowait(replace(event, choice=choice) if choice else event)
+
+    def unfinished_choices(self) -> list[int]:
+        return [c for c, reason in enumerate(self._choice_finish) if reason is None]
 
     def on_error(self, error: Exception) -> None:
         if self.finish is not None:
@@ -148,20 +175,22 @@ class RequestStream:
         """Seconds since the request took a row."""
         return now - self._prefill_started if self._prefill_started is not None else 0.0
 
-    def _finish(self, reason: FinishReason, now: float, stop_string: str | None = None) -> None:
-        if self.finish is not None:
+    def _finish(self, choice: int, reason: FinishReason, now: float, stop_string: str | None = None) -> None:
+        if self.finish is not None or self._choice_finish[choice] is not None:
             return
         detail = None
         if reason == "cancelled" and self.deadline_hit:
             reason, detail = "deadline", "the reply reached the server's generation deadline"
-        if self._pipeline is not None:
-            for event in self._pipeline.finish():
-                self._put(event)
-            if reason == "stop" and self._pipeline.tool_calls_seen:
+        if self._pipelines:
+            pipeline = self._pipelines[choice]
+            self._emit(choice, pipeline.finish())
+            if reason == "stop" and pipeline.tool_calls_seen:
                 reason = "tool_calls"
-        self.finish = reason
-        self.finished_at = now
-        self.state = "done"
+        self._choice_finish[choice] = reason
+        if not self.unfinished_choices():
+            self.finish = self._choice_finish[0]
+            self.finished_at = now
+            self.state = "done"
         self._events.put_nowait(
             Done(
                 reason=reason,
@@ -169,15 +198,9 @@ class RequestStream:
                 timings=self.timings(now),
                 detail=detail,
                 stop_string=stop_string,
+                choice=choice,
             )
         )
-
-    def _put(self, event: Event) -> None:
-        """Queue an event; a Delta carries the logprobs of the tokens generated up to its text."""
-        if isinstance(event, Delta) and self._pending_logprobs:
-            event = replace(event, logprobs=tuple(self._pending_logprobs))
-            self._pending_logprobs.clear()
-        self._events.put_nowait(event)
 
     # ---- read by dialects ---------------------------------------------------------------
 
@@ -197,36 +220,55 @@ class RequestStream:
             raise self._queued_error
 
     async def events(self) -> AsyncIterator[Event]:
-        """Every event up to and including the final `Done` or `ErrorEvent`."""
+        """Every event up to and including the last choice's `Done`, or the `ErrorEvent`."""
+        ended = 0
         while True:
             event = await self._events.get()
             yield event
-            if isinstance(event, (Done, ErrorEvent)):
+            if isinstance(event, Done):
+                ended += 1
+            if isinstance(event, ErrorEvent) or ended >= self.choices:
                 return
 
-    async def collect(self) -> tuple[str, str, list, Done]:
+    async def collect(self) -> Collected:
         """The whole reply at once: (text, thinking, tool calls, done). Raises the error on failure.
         The answer text's logprobs (when asked for) are in `self.logprobs` afterwards."""
-        text: list[str] = []
-        thinking: list[str] = []
-        calls = []
+        return (await self.collect_choices())[0]
+
+    async def collect_choices(self) -> list[Collected]:
+        """Every choice's whole reply, by index; the last one to end holds the request's usage in its
+        `Done`. Raises the error on failure. Each choice's answer logprobs (when asked for) are in
+        `self.choice_logprobs[choice]` afterwards."""
+        text: list[list[str]] = [[] for _ in range(self.choices)]
+        thinking: list[list[str]] = [[] for _ in range(self.choices)]
+        calls: list[list] = [[] for _ in range(self.choices)]
+        done: list[Done | None] = [None] * self.choices
         async for event in self.events():
             if isinstance(event, Delta):
-                (thinking if event.kind == "thinking" else text).append(event.text)
+                (thinking if event.kind == "thinking" else text)[event.choice].append(event.text)
                 if event.kind == "text":
-                    self.logprobs.extend(event.logprobs)
+                    self.choice_logprobs[event.choice].extend(event.logprobs)
             elif isinstance(event, ErrorEvent):
                 raise event.error
             elif isinstance(event, Done):
-                return "".join(text), "".join(thinking), calls, event
+                done[event.choice] = event
             else:
-                calls.append(event.call)
-        raise RuntimeError("event stream ended without Done")  # pragma: no cover
+                calls[event.choice].append(event.call)
+        if any(d is None for d in done):  # pragma: no cover
+            raise RuntimeError("event stream ended without Done")
+        return [
+            ("".join(text[c]), "".join(thinking[c]), calls[c], d) for c, d in enumerate(done) if d is not None
+        ]
 
     def cancel(self) -> None:
         """The client went away: free the row (a no-op once finished)."""
         if self.finish is None:
             self._on_cancel(self.job_id)
+
+    @property
+    def logprobs(self) -> list[TokenLogprob]:
+        """The first (or only) choice's answer logprobs, once collected."""
+        return self.choice_logprobs[0]
 
     @property
     def done(self) -> bool:

@@ -62,7 +62,7 @@ class EngineWorker:
         self._queue_timeout = queue_timeout
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._waiting: deque[Admission] = deque()
-        self._active: set[str] = set()
+        self._active: dict[str, int] = {}  # job -> its rows (choices) not yet finished
         self._contexts: dict[str, list[str]] = {}  # job -> prompt text and the reply so far, if asked
         self._embeds = EmbedQueue(self._call_soon)
         self.loaded: Future[ModelInfo] = Future()
@@ -205,7 +205,8 @@ class EngineWorker:
         stats_at = time.monotonic()
         reloads = 0
         while True:
-            busy = engine.has_work or bool(self._waiting and engine.free_rows) or bool(self._embeds)
+            admissible = bool(self._waiting) and engine.free_rows >= self._waiting[0].prepared.job.choices
+            busy = engine.has_work or admissible or bool(self._embeds)
             if not self._drain_inbox(engine, block=not busy):
                 return
             self._expire_waiting()
@@ -235,8 +236,10 @@ class EngineWorker:
                 for update in updates:
                     if self._contexts and update.job_id in self._contexts:
                         self._follow_context(engine, update)
-                    if update.finish is not None:
-                        self._active.discard(update.job_id)
+                    if update.finish is not None and update.job_id in self._active:
+                        self._active[update.job_id] -= 1
+                        if self._active[update.job_id] <= 0:
+                            del self._active[update.job_id]
                 self._call_soon(self._callbacks.updates, updates)
             # stats are read a few times a second (dashboard, /metrics): not every step, but always
             # once the batch drains so an idle model never shows stale busy rows
@@ -292,7 +295,8 @@ class EngineWorker:
 
     def _admit(self, engine: Engine) -> None:
         admitted = []
-        while self._waiting and engine.free_rows > 0:
+        # first come, first served: a job asking for n choices waits until n rows are free
+        while self._waiting and engine.free_rows >= self._waiting[0].prepared.job.choices:
             item = self._waiting.popleft()
             try:
                 reused = engine.submit(item.prepared.job)
@@ -301,7 +305,7 @@ class EngineWorker:
                 self._call_soon(self._callbacks.failed, item.job_id, error)
                 self._contexts.pop(item.job_id, None)
                 continue
-            self._active.add(item.prepared.job.job_id)
+            self._active[item.prepared.job.job_id] = item.prepared.job.choices
             admitted.append((item.prepared.job.job_id, reused or 0))
         self.waiting_count = len(self._waiting)
         if admitted:
@@ -315,7 +319,9 @@ class EngineWorker:
                 self._waiting.remove(item)
                 self.waiting_count = len(self._waiting)
                 self._contexts.pop(job_id, None)
-                self._call_soon(self._callbacks.updates, [JobUpdate(job_id, finish="cancelled")])
+                choices = range(item.prepared.job.choices)
+                cancelled = [JobUpdate(job_id, finish="cancelled", choice=c) for c in choices]
+                self._call_soon(self._callbacks.updates, cancelled)
                 return
         if job_id in self._active:
             engine.cancel(job_id)

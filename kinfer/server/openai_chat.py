@@ -98,7 +98,9 @@ async def chat_completion_stream(
     # with include_usage, OpenAI gives every chunk a usage field: null until the last one
     no_usage = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, logprobs: dict | None = None) -> str:
+    def chunk(
+        delta: dict[str, Any], finish: str | None = None, index: int = 0, logprobs: dict | None = None
+    ) -> str:
         return sse(
             {
                 "id": completion_id,
@@ -106,23 +108,27 @@ async def chat_completion_stream(
                 "created": created,
                 "model": model,
                 "system_fingerprint": "kinfer",
-                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+                "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
 
-    yield chunk({"role": "assistant", "content": "", "refusal": None})
+    for index in range(stream.choices):
+        yield chunk({"role": "assistant", "content": "", "refusal": None}, index=index)
+    ended = 0
     async for event in stream.events():
         if isinstance(event, Delta):
             if event.kind == "thinking":
-                yield chunk({"reasoning_content": event.text, "reasoning": event.text})
+                yield chunk({"reasoning_content": event.text, "reasoning": event.text}, index=event.choice)
             else:
-                yield chunk({"content": event.text}, logprobs=chat_logprobs(stream, event.logprobs))
+                logprobs = chat_logprobs(stream, event.logprobs)
+                yield chunk({"content": event.text}, index=event.choice, logprobs=logprobs)
         elif isinstance(event, ToolCallEvent):
-            yield chunk({"tool_calls": [tool_call_json(event.call, event.index)]})
+            yield chunk({"tool_calls": [tool_call_json(event.call, event.index)]}, index=event.choice)
         elif isinstance(event, Done):
-            yield chunk({}, FINISH[event.reason])
-            if include_usage:
+            yield chunk({}, FINISH[event.reason], event.choice)
+            ended += 1
+            if include_usage and ended == stream.choices:  # the last choice's Done has the whole usage
                 yield sse(
                     {
                         "id": completion_id,
@@ -138,8 +144,9 @@ async def chat_completion_stream(
     yield sse("[DONE]")
 
 
-async def chat_completion_body(stream: RequestStream, completion_id: str, model: str) -> dict[str, Any]:
-    text, thinking, calls, done = await stream.collect()
+def chat_choice_json(
+    index: int, text: str, thinking: str, calls: list[ToolCall], done: Done, logprobs: dict | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     if thinking:
         message["reasoning_content"] = thinking
@@ -148,6 +155,12 @@ async def chat_completion_body(stream: RequestStream, completion_id: str, model:
         message["tool_calls"] = [tool_call_json(c) for c in calls]
         if not text:
             message["content"] = None
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": FINISH[done.reason]}
+
+
+async def chat_completion_body(stream: RequestStream, completion_id: str, model: str) -> dict[str, Any]:
+    choices = await stream.collect_choices()
+    done = max((c[3] for c in choices), key=lambda d: d.timings.total)  # the last to end
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -155,14 +168,10 @@ async def chat_completion_body(stream: RequestStream, completion_id: str, model:
         "model": model,
         "system_fingerprint": "kinfer",
         "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": chat_logprobs(stream, stream.logprobs),
-                "finish_reason": FINISH[done.reason],
-            }
+            chat_choice_json(index, *choice, chat_logprobs(stream, stream.choice_logprobs[index]))
+            for index, choice in enumerate(choices)
         ],
-        "usage": usage_json(done.usage),
+        "usage": usage_json(stream.usage()),
         "timings": {
             "prompt_s": done.timings.prompt,
             "decode_s": done.timings.decode,
@@ -208,29 +217,33 @@ async def completion_stream(
     created = int(time.time())
     no_usage = {"usage": None} if include_usage else {}
 
-    offset = len(echo)  # where the next piece starts in the choice's text, for text_offset
+    offsets = [len(echo)] * stream.choices  # where each choice's next piece starts, for text_offset
 
-    def chunk(text: str, finish: str | None = None, logprobs: dict | None = None) -> str:
+    def chunk(text: str, finish: str | None = None, index: int = 0, logprobs: dict | None = None) -> str:
         return sse(
             {
                 "id": completion_id,
                 "object": "text_completion",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+                "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}],
                 **no_usage,
             }
         )
 
     if echo:
-        yield chunk(echo)
+        for index in range(stream.choices):
+            yield chunk(echo, index=index)
+    ended = 0
     async for event in stream.events():
         if isinstance(event, Delta):
-            yield chunk(event.text, logprobs=completion_logprobs(stream, event.logprobs, offset))
-            offset += len(event.text)
+            logprobs = completion_logprobs(stream, event.logprobs, offsets[event.choice])
+            offsets[event.choice] += len(event.text)
+            yield chunk(event.text, index=event.choice, logprobs=logprobs)
         elif isinstance(event, Done):
-            yield chunk("", FINISH[event.reason])
-            if include_usage:
+            yield chunk("", FINISH[event.reason], event.choice)
+            ended += 1
+            if include_usage and ended == stream.choices:  # the last choice's Done has the whole usage
                 yield sse(
                     {
                         "id": completion_id,
@@ -260,7 +273,7 @@ async def completions() -> Response:
         await stream.wait_for_row()  # a queue timeout is still a 503, not an in-stream error
         return streaming_response(stream, body, "text/event-stream")
     try:
-        text, _thinking, _calls, done = await stream.collect()
+        choices = await stream.collect_choices()
     finally:
         stream.cancel()
     return jsonify(
@@ -271,13 +284,14 @@ async def completions() -> Response:
             "model": stream.model,
             "choices": [
                 {
-                    "index": 0,
+                    "index": index,
                     "text": (echo or "") + text,
-                    "logprobs": completion_logprobs(stream, stream.logprobs, len(echo or "")),
+                    "logprobs": completion_logprobs(stream, stream.choice_logprobs[index], len(echo or "")),
                     "finish_reason": FINISH[done.reason],
                 }
+                for index, (text, _thinking, _calls, done) in enumerate(choices)
             ],
-            "usage": usage_json(done.usage),
+            "usage": usage_json(stream.usage()),
         }
     )
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from kinfer.errors import InvalidRequest
-from kinfer.protocol import ChatRequest, Message, ResponseFormat, Sampling, ToolCall, ToolSpec
+from kinfer.protocol import MAX_CHOICES, ChatRequest, Message, ResponseFormat, Sampling, ToolCall, ToolSpec
 from kinfer.server.logprobs_wire import logit_bias, top_count
 from kinfer.server.wire import FunctionDef, WireModel, loads_arguments, tool_choice_mode, warn_dropped_tool
 
@@ -67,7 +67,7 @@ class SamplingFields(WireModel):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     seed: int | None = None
     stop: str | list[str] | None = None
-    n: int | None = None
+    n: int | None = None  # choices: 1..MAX_CHOICES, each a row sharing one prefill
     logit_bias: dict[str, float] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -97,8 +97,8 @@ class SamplingFields(WireModel):
         return stops
 
     def check_common(self) -> None:
-        if self.n is not None and self.n != 1:
-            raise InvalidRequest("n: kinfer generates one choice per request; send n=1 or omit it")
+        if self.n is not None and not 1 <= self.n <= MAX_CHOICES:
+            raise InvalidRequest(f"n: must be between 1 and {MAX_CHOICES}")
 
 
 class JsonSchemaFormat(WireModel):
@@ -272,6 +272,7 @@ def to_request(wire: ChatCompletionRequest, request_id: str) -> ChatRequest:
         ignore_eos=wire.ignore_eos,
         dialect="openai",
         request_id=request_id,
+        n=wire.n or 1,
     )
 
 
@@ -291,4 +292,5 @@ def completion_request(wire: CompletionRequest, request_id: str) -> ChatRequest:
         ignore_eos=wire.ignore_eos,
         dialect="openai",
         request_id=request_id,
+        n=wire.n or 1,
     )

@@ -39,16 +39,17 @@ def run_jobs(
 ) -> dict[str, JobResult]:
     """Run the jobs to completion. Checks the protocol on the way: one final update per job, nothing
     after it, a stop string named only by a final "stop". Updates report totals; one without them (a
-    cancel's) keeps the totals already seen."""
+    cancel's) keeps the totals already seen. A job's choice i > 0 is reported as "<job_id>#<i>"."""
     queue = list(jobs)
     results: dict[str, JobResult] = {j.job_id: JobResult() for j in jobs}
     steps = 0
     while queue or engine.has_work:
-        while queue and engine.free_rows > 0:
+        while queue and engine.free_rows >= queue[0].choices:
             engine.submit(queue.pop(0))
         for update in engine.step():
-            result = results.setdefault(update.job_id, JobResult())
-            assert result.finish is None, f"{update.job_id} got an update after finishing"
+            key = choice_key(update.job_id, update.choice)
+            result = results.setdefault(key, JobResult())
+            assert result.finish is None, f"{key} got an update after finishing"
             assert update.stop_string is None or update.finish == "stop", update
             result.updates.append(update)
             result.text += update.text
@@ -61,9 +62,15 @@ def run_jobs(
         if on_step is not None:
             on_step(steps, results)
         assert steps < max_steps, "the engine did not finish"
+    expected = {choice_key(j.job_id, c) for j in jobs for c in range(j.choices)}
+    assert expected <= results.keys(), f"choices never reported: {expected - results.keys()}"
     unfinished = [k for k, r in results.items() if r.finish is None]
     assert not unfinished, f"jobs never finished: {unfinished}"
     return results
+
+
+def choice_key(job_id: str, choice: int) -> str:
+    return job_id if choice == 0 else f"{job_id}#{choice}"
 
 
 def run_alone(engine: Engine, one: GenerationJob) -> JobResult:

@@ -68,9 +68,7 @@ ROUTES: dict[str, tuple[type[WireModel], dict[str, Any]]] = {
 
 # (route, refused field) -> what to add to the route's body to ask for the refused feature
 REFUSED: dict[tuple[str, str], dict[str, Any]] = {
-    ("POST /v1/chat/completions", "n"): {"n": 2},
     ("POST /v1/completions", "suffix"): {"suffix": "end"},
-    ("POST /v1/completions", "n"): {"n": 3},
     ("POST /api/chat", "messages.images"): {
         "messages": [{"role": "user", "content": "Hi.", "images": ["aGk="]}]
     },

@@ -113,7 +113,8 @@ def test_a_seeded_sample_is_reproducible(client: openai.OpenAI):
     [
         ({"model": "smollm2", "messages": []}, "messages"),
         ({"model": "smollm2", "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
-        ({"model": "smollm2", "messages": FRANCE, "n": 2}, "n:"),
+        ({"model": "smollm2", "messages": FRANCE, "n": 17}, "n:"),
+        ({"model": "smollm2", "messages": FRANCE, "n": 0}, "n:"),
         ({"model": "smollm2", "messages": [{"role": "wizard", "content": "hi"}]}, "role"),
         ({"model": "smollm2", "messages": FRANCE, "temperature": "hot"}, "temperature"),
         (

@@ -23,13 +23,13 @@ import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
-from kinfer.engines.llama import native
+from kinfer.engines.llama import choices, native
 from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
 from kinfer.engines.llama.logits import RowLogits
 from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
 from kinfer.engines.llama.prefix import PrefixPool
-from kinfer.engines.llama.rows import Row
+from kinfer.engines.llama.rows import Row, RowKey
 from kinfer.engines.llama.sizing import SizePlan, plan_size
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.prefill_budget import PrefillBudget
@@ -141,7 +141,7 @@ class LlamaEngine:
         )
         self._gpu = gpu and gpu_layers != 0
         self._embedder: LlamaEmbedder | None = None  # made on the first embedding request
-        self._rows: dict[str, Row] = {}
+        self._rows: dict[RowKey, Row] = {}
         self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
         self._finished: list[JobUpdate] = []  # cancellations, reported by the next step
         self._submitted = 0
@@ -212,10 +212,11 @@ class LlamaEngine:
         return bool(self._rows or self._finished)
 
     def submit(self, job: GenerationJob) -> int:
-        """Give the job a row, adopting the longest saved prefix of its prompt from the pool; returns
-        how many prompt tokens were adopted."""
+        """Give the job a row per choice, adopting the longest saved prefix of its prompt from the
+        pool; returns how many prompt tokens were adopted. The prompt is prefilled in the first row
+        only; the others are held until it is in, then take a copy of its KV (choices.fork)."""
         self._check_open()
-        if job.job_id in self._rows:
+        if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
             raise InvalidRequest("the prompt is empty")
@@ -225,34 +226,38 @@ class LlamaEngine:
                 prompt_tokens=len(job.prompt),
                 limit=self._row_len,
             )
-        if not self._free_seqs:
+        if len(self._free_seqs) < max(1, job.choices):
             raise Busy("no free row", retry_after=1.0)
         check_bias_ids(job.sampling, self._vocab.n_tokens)
         grammar = self._logits.grammar_vocab().start(job.constraint) if job.constraint is not None else None
         # sequences must be consecutive to share a micro-batch (llama.cpp's split_equal over KV
         # streams), so keep the busy ids packed at the bottom
         seq = heapq.heappop(self._free_seqs)
-        sampler = native.make_sampler(job.sampling, self._vocab.n_tokens, self._row_len)
-        row = Row(seq, job, self._submitted, sampler)
+        row = Row(seq, job, self._submitted, self._make_sampler(job, 0))
+        row.reserved = [heapq.heappop(self._free_seqs) for _ in range(job.choices - 1)]
         row.grammar = grammar
         self._submitted += 1
         if self._pool is not None:
             row.reused = self._pool.adopt(seq, job.prompt)
             row.tokens = list(job.prompt[: row.reused])
             self._counters["reused"] += row.reused
-        if native.has_penalties(job.sampling):
-            # penalties look back over the prompt's tail too, as llama-server does
-            window = native.penalty_window(job.sampling, self._row_len)
-            for token in job.prompt[-window:]:
-                native.sampler_accept(sampler, token)
-        self._rows[job.job_id] = row
+        self._rows[row.key] = row
         return row.reused
 
+    def _make_sampler(self, job: GenerationJob, choice: int) -> int:
+        return choices.make_sampler(job, choice, self._vocab.n_tokens, self._row_len)
+
+    def _sample_choices(self, row: Row, index: int) -> list[tuple[RowKey, JobUpdate]]:
+        """The first draw of every choice of `row`'s job (the others fork from it now)."""
+        siblings = choices.fork(self._mem, row, self._make_sampler, self._logits.grammar_vocab)
+        for sibling in siblings:
+            self._rows[sibling.key] = sibling
+        return choices.draw_each(self._ctx, self._vocab.n_tokens, [*siblings, row], index, self._sample)
+
     def cancel(self, job_id: str) -> None:
-        """Free the job's row now (prefilling or generating); the next step reports it cancelled."""
-        row = self._rows.get(job_id)
-        if row is not None:
-            self._finished.append(self._finish(row, "cancelled"))
+        """Free the job's rows now (prefilling or generating); the next step reports them cancelled."""
+        for key in [key for key in self._rows if key[0] == job_id]:
+            self._finished.append(self._finish(self._rows[key], "cancelled"))
 
     # ---- the step -----------------------------------------------------------------------------
 
@@ -263,7 +268,7 @@ class LlamaEngine:
         batch = self._batch
         if batch is None or not self._rows:
             return updates
-        changed: dict[str, JobUpdate] = {}
+        changed: dict[RowKey, JobUpdate] = {}
         done = 0  # tokens evaluated in this step
         began = time.perf_counter()
         generating = sorted((r for r in self._rows.values() if r.pending is not None), key=lambda r: r.seq)
@@ -278,7 +283,7 @@ class LlamaEngine:
                 for row, index in zip(generating, at, strict=True):
                     row.tokens.append(row.pending)
                     row.pending = None
-                    changed[row.job.job_id] = self._sample(row, index)
+                    changed[row.key] = self._sample(row, index)
             done += batch.n
             self._pacer.decoded(time.perf_counter() - began)
         # Each prompt chunk gets a llama_decode of its own. llama.cpp splits a batch over several
@@ -307,11 +312,11 @@ class LlamaEngine:
             if self._pool is not None and self._pool.exact_only and end in row.checkpoints:
                 self._pool.save(row.seq, row.tokens)
             if wants_logits:
-                changed[row.job.job_id] = self._sample(row, batch.n - 1)
+                changed.update(self._sample_choices(row, batch.n - 1))
             elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
-                changed[row.job.job_id] = self._finish(row, "length", flush=True)
+                changed[row.key] = self._finish(row, "length", flush=True)
             else:
-                changed[row.job.job_id] = self._update(row)
+                changed[row.key] = self._update(row)
         if generating:
             self._pacer.took(done - len(generating))
         if done:
@@ -320,7 +325,7 @@ class LlamaEngine:
         updates.extend(changed.values())
         return updates
 
-    def _decode(self, rows: list[Row], changed: dict[str, JobUpdate]) -> bool:
+    def _decode(self, rows: list[Row], changed: dict[RowKey, JobUpdate]) -> bool:
         """Run the batch; on failure, end its rows with "error" (the other rows carry on)."""
         assert self._batch is not None
         rc = native.decode(self._ctx, self._batch)
@@ -328,7 +333,7 @@ class LlamaEngine:
             return True
         log.error("llama_decode failed (%d) on %d tokens; ending %d row(s)", rc, self._batch.n, len(rows))
         for row in rows:
-            changed[row.job.job_id] = self._finish(row, "error")
+            changed[row.key] = self._finish(row, "error")
         return False
 
     def _chunk_end(self, row: Row, start: int, budget: int) -> int:
@@ -378,6 +383,7 @@ class LlamaEngine:
             new_tokens=new_tokens,
             prompt_processed=row.prompt_processed,
             reused_tokens=row.reused,
+            choice=row.choice,
             logprobs=lp,
         )
 
@@ -404,8 +410,13 @@ class LlamaEngine:
             self._pool.save(row.seq, row.tokens)
         native.seq_clear(self._mem, row.seq)
         native.free_sampler(row.sampler)
-        del self._rows[row.job.job_id]
+        del self._rows[row.key]
         heapq.heappush(self._free_seqs, row.seq)
+        if row.reserved:  # ended before its prompt was in: the other choices end with it, unborn
+            for choice, seq in enumerate(row.reserved, start=1):
+                heapq.heappush(self._free_seqs, seq)
+                self._finished.append(JobUpdate(row.job.job_id, finish=reason, choice=choice))
+            row.reserved = []
         return JobUpdate(
             job_id=row.job.job_id,
             text=text,
@@ -415,6 +426,7 @@ class LlamaEngine:
             finish=reason,
             stop_string=stop_string,
             error=error if reason == "error" else None,
+            choice=row.choice,
             logprobs=lp,
         )
 
@@ -425,7 +437,7 @@ class LlamaEngine:
         pool = self._pool
         return EngineStats(
             rows_total=self.plan.rows,
-            rows_busy=len(self._rows),
+            rows_busy=self.plan.rows - len(self._free_seqs),
             tokens_last_step=c["last"],
             prompt_tokens_total=c["prompt"],
             generated_tokens_total=c["generated"],

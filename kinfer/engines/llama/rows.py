@@ -1,4 +1,4 @@
-"""The mutable state of one reply in progress in the llama.cpp engine."""
+"""Per-reply state of the llama.cpp engine: one `Row` per choice of a job, each in its own sequence id."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ from kinfer.engines.llama.native import has_penalties
 from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 
+RowKey = tuple[str, int]  # (job id, choice)
+
 
 class Row:
-    """One reply in sequence id `seq` (engine-internal)."""
+    """One reply (choice `choice` of its job) in sequence id `seq` (engine-internal)."""
 
     __slots__ = (
         "argmax_draw",
         "bias",
         "checkpoints",
+        "choice",
         "decoder",
         "generated",
         "grammar",
@@ -25,17 +28,19 @@ class Row:
         "matcher",
         "order",
         "pending",
+        "reserved",
         "reused",
         "sampler",
         "seq",
         "tokens",
     )
 
-    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int) -> None:
+    def __init__(self, seq: int, job: GenerationJob, order: int, sampler: int, choice: int = 0) -> None:
         self.seq = seq
         self.job = job
+        self.choice = choice
         self.order = order  # submission order: waiting prompts are prefilled first come, first served
-        self.sampler = sampler
+        self.sampler = sampler  # this choice's own chain (its own seed: choice_sampling)
         self.tokens: list[int] = []  # exactly the tokens the sequence's memory holds
         self.reused = 0
         self.pending: int | None = None  # the last sampled token, fed to the model at the next step
@@ -44,9 +49,16 @@ class Row:
         self.matcher = StopStringMatcher(job.stop)
         self.checkpoints = frozenset(c for c in job.checkpoints if 0 < c < len(job.prompt))
         self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
+        # sequence ids held for the job's other choices until the prompt is in (choice 0 only)
+        self.reserved: list[int] = []
+        # choices differ only in their seed, so bias and the greedy shortcut are the job's
         self.bias: tuple[np.ndarray, np.ndarray] | None = bias_arrays(job.sampling)
         # greedy with no penalties: the engine takes the argmax itself (RowLogits.draw_greedy)
         self.argmax_draw = job.sampling.greedy and not has_penalties(job.sampling)
+
+    @property
+    def key(self) -> RowKey:
+        return (self.job.job_id, self.choice)
 
     @property
     def prefilling(self) -> bool:

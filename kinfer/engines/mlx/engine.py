@@ -25,7 +25,7 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse
 from kinfer.engines.mlx.check import self_check_engine
@@ -160,8 +160,9 @@ class MlxEngine:
         self._grow(self.plan.initial_blocks)
         # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
         self._history: mx.array | None = None
-        self._rows: dict[str, Row] = {}
+        self._rows: dict[tuple[str, int], Row] = {}
         self._slots: list[Row | None] = [None] * self.plan.rows
+        self._held = 0  # free slots promised to choices not forked yet (Row.unborn)
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
@@ -206,15 +207,16 @@ class MlxEngine:
     def free_rows(self) -> int:
         if self._rows and over_budget(self._budget):
             return 0  # over the memory budget: new rows wait for running ones to finish
-        return self._slots.count(None)
+        return self._slots.count(None) - self._held
 
     @property
     def has_work(self) -> bool:
         return bool(self._rows) or self._inflight is not None or bool(self._finished_early)
 
     def submit(self, job: GenerationJob) -> int:
-        """Give the job a row, adopting a saved prefix; returns how many prompt tokens were adopted."""
-        if job.job_id in self._rows:
+        """Give the job a row, adopting a saved prefix; returns how many prompt tokens were adopted.
+        The job's other choices hold free slots until its prompt is in, then fork from it (`_fork`)."""
+        if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
         if not job.prompt:
             raise InvalidRequest("empty prompt")
@@ -228,18 +230,21 @@ class MlxEngine:
             raise InvalidRequest("prompt has token ids outside the vocabulary")
         check_bias_ids(job.sampling, self._batch.vocab)
         if job.max_tokens <= 0:
-            self._finished_early.append(JobUpdate(job.job_id, finish="length"))
+            self._finished_early.extend(
+                JobUpdate(job.job_id, finish="length", choice=c) for c in range(job.choices)
+            )
             return 0
-        try:
-            slot = self._slots.index(None)
-        except ValueError:
-            raise Busy("no free row", retry_after=1.0) from None
+        if self._slots.count(None) - self._held < max(1, job.choices):
+            raise Busy("no free row", retry_after=1.0)
+        slot = self._slots.index(None)
         grammar = self._grammar_vocab().start(job.constraint) if job.constraint is not None else None
         self._order += 1
         row = Row(slot, job, self._order, self.plan.ctx, self._tokenizer.piece)
         row.grammar = grammar
+        row.unborn = job.choices - 1
+        self._held += row.unborn
         self._slots[slot] = row
-        self._rows[job.job_id] = row
+        self._rows[row.key] = row
         for layer in self._layers:
             if isinstance(layer, StateSlots):
                 layer.reset(slot)
@@ -251,11 +256,10 @@ class MlxEngine:
         return row.reused
 
     def cancel(self, job_id: str) -> None:
-        row = self._rows.get(job_id)
-        if row is None:
-            return
-        self._release(row, save=False)
-        self._finished_early.append(JobUpdate(job_id, finish="cancelled"))
+        for key in [key for key in self._rows if key[0] == job_id]:
+            row = self._rows[key]
+            self._release(row, save=False)
+            self._finished_early.append(JobUpdate(job_id, finish="cancelled", choice=row.choice))
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
@@ -319,6 +323,8 @@ class MlxEngine:
 
     def _dispatch(self, updates: list[JobUpdate]) -> Inflight | None:
         """Build this step's passes and start them on the device; returns the decode pass's tokens."""
+        for row in [r for r in self._slots if r is not None and r.unborn and r.ready]:
+            self._fork(row)
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
@@ -445,7 +451,38 @@ class MlxEngine:
             for layer in self._layers
         ]
 
+    def _fork(self, parent: Row) -> None:
+        """The job's other choices, once all of its prompt but the last token is in `parent`: each
+        takes a free slot sharing the parent's KV blocks (its own copy of a part-filled last one) and
+        recurrent state, then feeds the last prompt token in the same decode pass as the parent."""
+        job = parent.job
+        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        states = [layer.snapshot(parent.slot) for layer in recurrent]
+        for choice in range(1, parent.unborn + 1):
+            slot = self._slots.index(None)
+            self._order += 1
+            own = replace(job, sampling=choice_sampling(job.sampling, choice))
+            row = Row(slot, own, self._order, self.plan.ctx, self._tokenizer.piece, choice)
+            if job.constraint is not None:
+                row.grammar = self._grammar_vocab().start(job.constraint)
+            self._slots[slot] = row
+            self._rows[row.key] = row
+            self._share(row, parent.blocks, parent.fed, parent.reused)
+            for layer, snap in zip(recurrent, states, strict=True):
+                layer.restore(slot, snap)
+            if needs_penalties(own.sampling):
+                self._init_history(row)
+        self._held -= parent.unborn
+        parent.unborn = 0
+        self._batch.changed()
+
     def _release(self, row: Row, *, save: bool) -> None:
+        if row.unborn:  # ended before its prompt was in: the other choices end with it, unborn
+            self._held -= row.unborn
+            self._finished_early.extend(
+                JobUpdate(row.job.job_id, finish="cancelled", choice=c) for c in range(1, row.unborn + 1)
+            )
+            row.unborn = 0
         row.done = True
         if save and self._pool is not None and row.fed >= 1:
             self._save(row, row.fed)
@@ -453,7 +490,7 @@ class MlxEngine:
         row.blocks = []
         self._batch.clear_table(row.slot)
         self._slots[row.slot] = None
-        del self._rows[row.job.job_id]
+        del self._rows[row.key]
         self._batch.changed()
 
     def _save(self, row: Row, length: int) -> None:
@@ -465,23 +502,28 @@ class MlxEngine:
         if found is None:
             return
         entry, shared = found
-        whole, part = divmod(shared, BLOCK)
-        row.blocks = list(entry.blocks[:whole])
-        self._alloc.hold(row.blocks)
-        if part:
-            # the last block is shared only partly: the row writes into its own copy
-            (block,) = self._take_blocks(1)
-            for layer in self._paged:
-                layer.copy_block(entry.blocks[whole], block)
-            row.blocks.append(block)
+        self._share(row, entry.blocks, shared, shared)
         if entry.states is not None:
             recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
             for layer, snap in zip(recurrent, entry.states, strict=True):
                 layer.restore(row.slot, snap)
-        row.fed = row.reused = shared
+        self._counts["reused"] += shared
+
+    def _share(self, row: Row, blocks: list[int], shared: int, reused: int) -> None:
+        """Start `row` with the first `shared` tokens' KV of `blocks` (a pool entry's, or a sibling
+        choice's): whole blocks are shared, a part-filled last one is copied (the row writes into it)."""
+        whole, part = divmod(shared, BLOCK)
+        row.blocks = list(blocks[:whole])
+        self._alloc.hold(row.blocks)
+        if part:
+            (block,) = self._take_blocks(1)
+            for layer in self._paged:
+                layer.copy_block(blocks[whole], block)
+            row.blocks.append(block)
+        row.fed = shared
+        row.reused = reused
         self._batch.set_table(row.slot, row.blocks)
         self._batch.set_position(row.slot, shared)
-        self._counts["reused"] += shared
 
     def _ensure_blocks(self, row: Row, tokens: int) -> None:
         need = (tokens + BLOCK - 1) // BLOCK - len(row.blocks)

@@ -111,11 +111,12 @@ def load_weights(path: Path):
     return model
 
 
-def model_vocab(model, tokenizer_vocab: int) -> int:
-    """Rows of the embedding table (may exceed the tokenizer's vocabulary: padding)."""
+def model_vocab(model, fallback: int) -> int:
+    """Rows of the model's token embedding (may exceed the tokenizer's vocabulary: padding); `fallback`
+    if none."""
     from mlx.utils import tree_flatten
 
     for key, value in tree_flatten(model.parameters()):
         if key.endswith("embed_tokens.weight"):
             return int(value.shape[0])
-    return tokenizer_vocab
+    return fallback

@@ -28,6 +28,7 @@ class Row:
     __slots__ = (
         "blocks",
         "checkpoints",
+        "choice",
         "ctx",
         "decoder",
         "done",
@@ -45,13 +46,22 @@ class Row:
         "slot",
         "src",
         "tokens",
+        "unborn",
     )
 
     def __init__(
-        self, slot: int, job: GenerationJob, order: int, ctx: int, piece: Callable[[int], bytes]
+        self,
+        slot: int,
+        job: GenerationJob,
+        order: int,
+        ctx: int,
+        piece: Callable[[int], bytes],
+        choice: int = 0,
     ) -> None:
         self.slot = slot
-        self.job = job
+        self.job = job  # a choice other than 0 carries its own sampling (base.choice_sampling)
+        self.choice = choice
+        self.unborn = 0  # the job's other choices, forked from this row once its prompt is in
         self.order = order  # submission order: waiting prompts are prefilled first come, first served
         self.ctx = ctx
         self.piece = piece
@@ -71,6 +81,10 @@ class Row:
         self.grammar: RowGrammar | None = None  # the constraint's state, when the job has one
 
     @property
+    def key(self) -> tuple[str, int]:
+        return (self.job.job_id, self.choice)
+
+    @property
     def ready(self) -> bool:
         """The prompt is in the cache but for its last token, which the first decode step feeds."""
         return self.fed >= self.prompt_len - 1
@@ -86,7 +100,9 @@ class Row:
         return min(stop, end) - self.fed
 
     def progress_update(self) -> JobUpdate:
-        return JobUpdate(self.job.job_id, prompt_processed=self.fed, reused_tokens=self.reused)
+        return JobUpdate(
+            self.job.job_id, prompt_processed=self.fed, reused_tokens=self.reused, choice=self.choice
+        )
 
     def accept(self, token: int, eos: frozenset[int]) -> JobUpdate:
         """Take one sampled token read back from the device."""
@@ -133,6 +149,7 @@ class Row:
             finish=finish,
             stop_string=stop_string,
             error=error if finish == "error" else None,
+            choice=self.choice,
         )
 
 

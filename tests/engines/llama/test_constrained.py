@@ -68,7 +68,7 @@ def test_a_grammar_that_cannot_go_on_ends_its_row_with_an_error_and_the_others_c
     engine.submit(person_job(engine, "stuck"))
     engine.submit(free_job(engine, "free", "Name three fruits.", max_tokens=8))
     # the grammar's state breaks behind the engine's back, as a vocabulary the grammar cannot use would
-    engine._rows["stuck"].grammar.matcher.consume_token(engine.tokenize("x")[0])
+    engine._rows["stuck", 0].grammar.matcher.consume_token(engine.tokenize("x")[0])
     results = run_jobs(engine, [])
     stuck = results["stuck"]
     assert stuck.finish == "error" and "grammar" in stuck.updates[-1].error
