@@ -79,8 +79,9 @@ async def test_keep_alive_zero_waits_for_the_replies_in_flight():
     assert await scheduler.unload_when_idle("alpha")  # another client's `keep_alive: 0`
 
     assert await collect(running) == "k" * 200  # the reply finished whole
-    for _ in range(40):
-        if not scheduler.loaded_models():
+    # the model leaves the list, then its engine thread closes the engine a moment later: wait for both
+    for _ in range(100):
+        if not scheduler.loaded_models() and engines[0].closed:
             break
         await asyncio.sleep(0.05)
     assert scheduler.loaded_models() == [] and engines[0].closed  # then the model unloaded

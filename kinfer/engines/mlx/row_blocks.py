@@ -1,0 +1,91 @@
+"""A row's KV blocks and the prefix pool, for the MLX engine (a mixin of `MlxEngine`, kept apart so
+the step loop reads on its own).
+
+Uses the engine's `_alloc` (BlockAllocator), `_paged` (paged attention layers), `_layers` (with the
+recurrent `StateSlots`), `_pool` (PrefixPool or None), `_batch` (StepBatch tables), `_counts`, `plan` and
+`info`; releasing a row also frees its slot (`_slots`, `_rows`) and any choices it had not
+forked yet (`_held`, `_finished_early`). Whole blocks are shared by reference (the allocator counts
+holders); a part-filled last block is copied, because the row writes into it.
+"""
+
+from __future__ import annotations
+
+from kinfer.engines.base import JobUpdate
+from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.rows import Row
+from kinfer.engines.mlx.state import StateSlots
+from kinfer.errors import EngineFailure
+
+
+class RowBlocks:
+    """Block bookkeeping for rows: adopt a pool entry, share a sibling's prompt, grow, save, release."""
+
+    def _release(self, row: Row, *, save: bool) -> None:
+        if row.unborn:  # ended before its prompt was in: the other choices end with it, unborn
+            self._held -= row.unborn
+            self._finished_early.extend(
+                JobUpdate(row.job.job_id, finish="cancelled", choice=c) for c in range(1, row.unborn + 1)
+            )
+            row.unborn = 0
+        row.done = True
+        if save and self._pool is not None and row.fed >= 1:
+            self._save(row, row.fed)
+        self._alloc.release(row.blocks)
+        row.blocks = []
+        self._batch.clear_table(row.slot)
+        self._slots[row.slot] = None
+        del self._rows[row.key]
+        self._batch.changed()
+
+    def _save(self, row: Row, length: int) -> None:
+        states = [layer.snapshot(row.slot) for layer in self._layers if isinstance(layer, StateSlots)]
+        self._pool.save(tuple(row.tokens[:length]), row.blocks, states if self.info.recurrent else None)
+
+    def _adopt(self, row: Row) -> None:
+        found = self._pool.lookup(row.job.prompt)
+        if found is None:
+            return
+        entry, shared = found
+        self._share(row, entry.blocks, shared, shared)
+        if entry.states is not None:
+            recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+            for layer, snap in zip(recurrent, entry.states, strict=True):
+                layer.restore(row.slot, snap)
+        self._counts["reused"] += shared
+
+    def _share(self, row: Row, blocks: list[int], shared: int, reused: int) -> None:
+        """Start `row` with the first `shared` tokens' KV of `blocks` (a pool entry's, or a sibling
+        choice's): whole blocks are shared, a part-filled last one is copied (the row writes into it)."""
+        whole, part = divmod(shared, BLOCK)
+        row.blocks = list(blocks[:whole])
+        self._alloc.hold(row.blocks)
+        if part:
+            (block,) = self._take_blocks(1)
+            for layer in self._paged:
+                layer.copy_block(blocks[whole], block)
+            row.blocks.append(block)
+        row.fed = shared
+        row.reused = reused
+        self._batch.set_table(row.slot, row.blocks)
+        self._batch.set_position(row.slot, shared)
+
+    def _ensure_blocks(self, row: Row, tokens: int) -> None:
+        need = (tokens + BLOCK - 1) // BLOCK - len(row.blocks)
+        if need > 0:
+            row.blocks.extend(self._take_blocks(need))
+            self._batch.set_table(row.slot, row.blocks)
+
+    def _take_blocks(self, n: int) -> list[int]:
+        alloc = self._alloc
+        if alloc.free < n and alloc.total < self.plan.max_blocks:
+            self._grow(min(self.plan.max_blocks - alloc.total, max(n - alloc.free, alloc.total // 2)))
+        while alloc.free < n and self._pool is not None and self._pool.evict_one():
+            pass
+        if alloc.free < n:
+            raise EngineFailure(f"out of KV blocks ({alloc.total} in use); lower rows or ctx")
+        return alloc.take(n)
+
+    def _grow(self, blocks: int) -> None:
+        self._alloc.add(blocks)
+        for layer in self._paged:
+            layer.resize(self._alloc.total)
