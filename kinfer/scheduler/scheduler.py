@@ -155,7 +155,7 @@ class Scheduler:
         if self._ended is not None:  # the drain ended while this request waited for its model
             self._unpin(loaded)
             raise self._ended
-        if request.n > loaded.info.rows:  # each choice takes a row: more could never be admitted
+        if 1 < request.n > loaded.info.rows:  # each choice takes a row: more could never be admitted
             self._unpin(loaded)
             raise InvalidRequest(
                 f"n: {loaded.name} decodes {loaded.info.rows} replies at once here; ask for at most "

@@ -104,3 +104,17 @@ def idle_sample(taken_at: float = IDLE_AT) -> DashboardSample:
         ),
         system=SystemSample(rss=182_452_224, memory_used=6_442_450_944, memory_total=16_777_216_000),
     )
+
+
+async def workers_settled(app) -> None:
+    """Wait until the app's workers have finished. A store listing restarted (after a pull ends, or a
+    delete) cancels the one still running, and `wait_for_complete` raises WorkerCancelled for it: that
+    one is done too, so wait again for the rest (bounded)."""
+    from textual.worker import WorkerCancelled
+
+    for _ in range(20):
+        try:
+            await app.workers.wait_for_complete()
+            return
+        except WorkerCancelled:
+            continue

@@ -12,7 +12,7 @@ from kinfer.tui.widgets.model_table import ModelTable
 from kinfer.tui.widgets.pull_panel import PullPanel
 from tests.fixtures.hub_server import FakeRepo, HubServer
 from tests.fixtures.tiny_gguf import write_tiny_gguf
-from tests.tui.conftest import idle_sample, recorded_app
+from tests.tui.conftest import idle_sample, recorded_app, workers_settled
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,7 +58,7 @@ async def test_a_pull_shows_progress_and_ends_in_the_list(hub: HubServer, store:
         assert panel.phase == "done"
         assert PULLED in panel.query_one("#pull-detail").render().plain  # "pulled hf.co/..."
 
-        await app.workers.wait_for_complete()
+        await workers_settled(app)
         await pilot.pause()
         table = app.query_one(ModelTable)
         assert PULLED in table.models
@@ -76,11 +76,15 @@ async def test_a_failed_pull_says_why_and_keeps_serving(hub: HubServer, store: S
         panel = pilot.app.query_one(PullPanel)
         assert panel.phase == "error"
         assert "No-Such-Repo" in panel.query_one("#pull-detail").render().plain
-        # The table is filled by a listing thread (started at mount, and again when a pull ends),
-        # and a missing repo fails faster than a cold store lists: wait for the listings, not a guess.
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
-        assert len(pilot.app.query_one(ModelTable).models) == 3
+        # The table is filled by a listing thread (started at mount, and again when a pull ends; the
+        # second cancels the first, so waiting on the workers can raise WorkerCancelled), and a missing
+        # repo fails faster than a cold store lists: wait for the listing to land, bounded.
+        table = pilot.app.query_one(ModelTable)
+        for _ in range(WAIT_S * 20):
+            if len(table.models) == 3:
+                break
+            await pilot.pause(0.05)
+        assert len(table.models) == 3
 
 
 async def test_quitting_during_a_pull_stops_it_and_keeps_the_partial_file(
@@ -97,7 +101,7 @@ async def test_quitting_during_a_pull_stops_it_and_keeps_the_partial_file(
             await pilot.pause(0.05)
         await pilot.press("q")
     assert app.return_code == 0
-    await app.workers.wait_for_complete()  # the pull's thread noticed and stopped
+    await workers_settled(app)  # the pull's thread noticed and stopped
     partial = [p for p in (kinfer_home / "partial").rglob("*.gguf*") if p.stat().st_size]
     assert partial, "the bytes fetched so far stay for the next pull to resume"
     assert PULLED not in {m.name for m in store.list()}

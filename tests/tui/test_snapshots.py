@@ -9,7 +9,7 @@ from __future__ import annotations
 from kinfer.store.progress import PullProgress
 from kinfer.tui.sample import DashboardSample, LogEntry
 from kinfer.tui.widgets.pull_panel import PullPanel
-from tests.tui.conftest import idle_sample, recorded_app
+from tests.tui.conftest import idle_sample, recorded_app, workers_settled
 
 MODEL_BYTES = 734_003_200
 SHARD = MODEL_BYTES // 2
@@ -21,7 +21,7 @@ def replay_all(samples):
     async def run(pilot) -> None:
         for _ in range(len(samples) - 1):
             pilot.app.tick()
-        await pilot.app.workers.wait_for_complete()  # the store listing
+        await workers_settled(pilot.app)  # the store listing
         await pilot.pause()
         assert pilot.app.tick_failures == 0
 

@@ -9,14 +9,14 @@ import pytest
 from kinfer.store.catalog import Store
 from kinfer.tui.screens.confirm import ConfirmScreen
 from kinfer.tui.widgets.model_table import ModelTable
-from tests.tui.conftest import idle_sample, recorded_app
+from tests.tui.conftest import idle_sample, recorded_app, workers_settled
 
 pytestmark = pytest.mark.asyncio
 SIZE = (120, 36)
 
 
 async def listed(pilot) -> ModelTable:
-    await pilot.app.workers.wait_for_complete()
+    await workers_settled(pilot.app)
     await pilot.pause()
     return pilot.app.query_one(ModelTable)
 
@@ -47,7 +47,7 @@ async def test_delete_asks_first_and_removes_the_model(store: Store, kinfer_home
         assert isinstance(pilot.app.screen, ConfirmScreen)
         assert "tiny-chat" in pilot.app.screen.question
         await pilot.press("n")  # changed our mind: nothing happens
-        await pilot.app.workers.wait_for_complete()
+        await workers_settled(pilot.app)
         assert not isinstance(pilot.app.screen, ConfirmScreen)
         assert doomed.exists()
 
