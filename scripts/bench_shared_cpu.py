@@ -21,7 +21,6 @@ import json
 import logging
 import multiprocessing
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from kinfer.bench.report import machine_info
 from kinfer.bench.servers import start_kinfer
 from kinfer.store.bundled import bundled_gguf
 
@@ -163,11 +163,7 @@ def main() -> int:
             runs.extend(run_policy(policy, args))
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        "machine": machine_info(),
         "started": started,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "settings": {"rows": args.rows, "tokens": args.tokens, "threads": args.threads},
