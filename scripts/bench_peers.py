@@ -90,7 +90,9 @@ def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
         )
     if name == "mlx-lm":
         return start_mlx_lm_server(args.mlx_dir, concurrency=rows, log_dir=logs, label=label)
-    return start_kinfer(weights=args.mlx_dir, parallel=rows, ctx=ctx, label=label, log_dir=logs)
+    return start_kinfer(
+        weights=args.mlx_dir, parallel=rows, ctx=ctx, label=label, log_dir=logs, extra_args=args.kinfer_args
+    )
 
 
 def main() -> int:
@@ -107,6 +109,11 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-level", type=int)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all)")
+    parser.add_argument(
+        "--kinfer-args",
+        default="",
+        help="more arguments for the kinfer MLX server, space separated, e.g. '--step-budget-ms 50'",
+    )
     parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
     parser.add_argument(
         "--llama-server", type=Path, help="llama.cpp's C++ llama-server binary (target llama-server)"
@@ -120,6 +127,7 @@ def main() -> int:
     args = parser.parse_args()
     args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
     args.threads = args.threads or available_threads()
+    args.kinfer_args = tuple(args.kinfer_args.split())
     args.gguf = args.gguf or bundled_gguf()
     names = [t for t in args.targets.split(",") if t]
     unknown = set(names) - set(TARGETS)
