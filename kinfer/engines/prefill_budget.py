@@ -17,6 +17,15 @@ the bundled model on one busy core, the longer the prompt the dearer), so a few 
 leaves a long prompt a token or two per step and multiplies its time to first token, while 300 ms
 still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer aims for).
 
+MLX on a CUDA GPU is the exception: there, unless `step_budget_ms` is set, a step prefills up to the
+engine's chunk cap (2,048 prompt tokens, a few decode steps' time for a small model) and learns
+nothing (`timed=False`). Measured on the H200 (qwen3-0.6b shape, 64 prompts of 128 tokens submitted
+at once, `scripts/bench_mlx_engine.py`): with the cap alone every row had its first token after
+1.0 s (2026-11-29); with the learned budget, 55-62 s, and still 21.6 s after the burst changes below,
+against mlx-lm's 0.41 s. MLX dispatches a step before reading the last one back, so its step time
+says little about one pass, and small chunks of every size make many different pass shapes (each a
+new attention plan on MLX's CUDA backend, the likeliest cost; not profiled yet).
+
 A burst of new requests (64 arriving at once beside a few rows already decoding) is many people
 waiting for a first token against few waiting for their next one: while more prompts wait than
 rows decode, the target is multiplied by their ratio, at most BURST_MAX (`burst_factor`), so the gap
@@ -60,11 +69,14 @@ class PrefillBudget:
     per_token_s: float | None = None  # smoothed seconds per prompt token
     decode_s: float | None = None  # smoothed seconds of a decode pass without prompt chunks
     last_chunk: int = FIRST_CHUNK  # prompt tokens the last step beside decoding rows took
+    timed: bool = True  # False: every step may take the engine's cap (MLX on CUDA, see the module doc)
 
     @classmethod
-    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool) -> PrefillBudget:
-        """The budget of an engine running on a GPU or on the CPU."""
-        return cls(step_ms, max_tokens, AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S)
+    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool, timed: bool = True) -> PrefillBudget:
+        """The budget of an engine running on a GPU or on the CPU. `timed=False`: unless `step_ms` is
+        set, the engine's cap alone (MLX on CUDA)."""
+        floor = AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S
+        return cls(step_ms, max_tokens, floor, timed=timed or step_ms > 0)
 
     @property
     def target_s(self) -> float:
@@ -87,7 +99,7 @@ class PrefillBudget:
         gets only what the budget has left). `spent_s`: time the step already took (llama.cpp times
         its passes); None: the smoothed decode time stands in (MLX dispatches a step ahead).
         `burst`: the target's multiple this step (`burst_factor`)."""
-        if not decoding:
+        if not decoding or not self.timed:
             return cap
         if self.per_token_s is None:
             return min(cap, FIRST_CHUNK) if taken == 0 else 0

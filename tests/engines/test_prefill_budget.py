@@ -120,3 +120,15 @@ def test_a_burst_of_waiting_prompts_stretches_the_step_target_boundedly(waiting,
     budget.prefilled(1000, 0.01)  # 10 us a token
     room = budget.room(1 << 20, decoding=True, spent_s=0.02, burst=burst_factor(waiting, decoding))
     assert room == pytest.approx((0.1 * factor - 0.02) / 1e-5, rel=1e-3)
+
+
+def test_an_untimed_budget_takes_the_cap_every_step_unless_a_step_time_is_set():
+    # MLX on CUDA: learned chunks made 64 prompts of 128 tokens wait 21-60 s for a first token on the
+    # H200 where the cap alone took 1 s (prefill_budget.py)
+    untimed = PrefillBudget.on(0, 2048, gpu=True, timed=False)
+    untimed.prefilled(8, 0.01)
+    untimed.decoded(0.01)
+    assert untimed.room(2048, decoding=True) == 2048
+    assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
+    explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins
+    assert explicit.room(2048, decoding=True) == FIRST_CHUNK

@@ -29,7 +29,7 @@ import numpy as np
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
@@ -169,7 +169,8 @@ class MlxEngine(RowBlocks):
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
         self._step_prefill = 0  # positions this step's prefill passes compute, padding included
-        self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
+        chunk, timed = self.plan.prefill_chunk, not kernels.on_cuda_gpu()  # CUDA: the cap (prefill_budget)
+        self._clock = StepClock(PrefillBudget.on(step_budget_ms, chunk, gpu=gpu, timed=timed))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}

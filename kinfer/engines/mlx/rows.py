@@ -193,7 +193,7 @@ def plan_prefill(rows: list[Row], budget: int, *, pad: bool) -> list[PrefillPass
         cost = length * (had + 1) - lengths.get(key, 0) * had
         if members and spent + cost > budget:
             # the budget's edge: the next row in line takes what is left, unpadded, in a pass of its own
-            chunk = length = cost = budget - spent
+            chunk = length = cost = min(row.next_chunk(), budget - spent)
             key = (chunk, False)
             if chunk <= 0:
                 break

@@ -55,3 +55,13 @@ def test_padding_never_runs_past_a_rows_context():
     assert sorted(c for p in passes for c in p.chunks) == [9, 16]
     for p in passes:
         assert all(row.fed + p.length <= CTX for row in p.rows)
+
+
+def test_the_row_at_the_budgets_edge_never_takes_more_than_its_prompt_holds():
+    # 3 x 128 padded positions leave 80 of the budget: the 20-token row takes its 19, not 80
+    # (it overran its prompt before: IndexError on the H200 with 256 rows)
+    burst = rows(128, 128, 128, 100, 20)
+    passes = plan_prefill(burst, 3 * 127 + 100, pad=True)
+    for p in passes:
+        assert all(chunk <= row.prompt_len - 1 - row.fed for row, chunk in zip(p.rows, p.chunks, strict=True))
+        assert all(chunk <= p.length for chunk in p.chunks)
