@@ -143,7 +143,9 @@ def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list
     return [[rng.randrange(vocab) for _ in range(length)] for _ in range(rows)]
 
 
-def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False) -> dict:
+def bench_kinfer(
+    path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False, precompiled: bool = True
+) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
     from kinfer.engines.mlx.step_timer import StepTimer
@@ -151,7 +153,15 @@ def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int, breakdown: b
 
     rows = len(prompts)
     ctx = len(prompts[0]) + tokens + 8
-    engine = MlxEngine(path, name="bench", rows=rows, ctx=ctx, prefix_cache=False, prefill_chunk=2048)
+    engine = MlxEngine(
+        path,
+        name="bench",
+        rows=rows,
+        ctx=ctx,
+        prefix_cache=False,
+        prefill_chunk=2048,
+        precompiled_kernels=precompiled,
+    )
     timer = StepTimer()
 
     def run(max_tokens: int) -> tuple[float, int, float]:
@@ -253,6 +263,11 @@ def main() -> int:
     parser.add_argument("--engines", default="kinfer,mlx-lm", help="which to run: kinfer, mlx-lm")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument(
+        "--jit-kernels",
+        action="store_true",
+        help="kinfer on CUDA: its kernels through mx.fast.cuda_kernel, not precompiled (the path before)",
+    )
+    parser.add_argument(
         "--breakdown",
         action="store_true",
         help="kinfer: mean host ms per decode step by phase (build/launch/wait/other)",
@@ -276,6 +291,7 @@ def main() -> int:
         "dtype": args.dtype,
         "prompt": args.prompt,
         "tokens": args.tokens,
+        "kinfer_kernels": "jit" if args.jit_kernels else "precompiled",
         "runs": [],
     }
     print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
@@ -292,7 +308,9 @@ def main() -> int:
                 row = {"size": size, "rows": rows}
                 for engine in engines:
                     if engine == "kinfer":
-                        row[engine] = bench_kinfer(path, prompts, args.tokens, args.breakdown)
+                        row[engine] = bench_kinfer(
+                            path, prompts, args.tokens, args.breakdown, precompiled=not args.jit_kernels
+                        )
                     else:
                         row[engine] = bench_mlx_lm(path, prompts, args.tokens)
                 results["runs"].append(row)
