@@ -226,6 +226,9 @@ def launch_for(queries, keys, values, tables, bounds, kv_heads: int, block: int,
             ("NW", warps),
         ]
         scale_array = mx.array([scale], dtype=mx.float32)
+        # the kernel's scale is a C float: precompiled_cuda_kernel refuses a Python float it cannot
+        # hold exactly, so pass the float32 value the JIT path reads from its array
+        scale = scale_array.item()
         call = _calls[key] = Launch(
             key, dtypes, template, warps, q_heads, kv_heads, dim_v, scale, scale_array
         )
