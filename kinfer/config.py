@@ -113,7 +113,7 @@ class Settings:
         group=DIAGNOSTIC,
     )
     mlx_precompiled_kernels: bool = _setting(
-        True,
+        False,
         "MLX on CUDA: those kernels compiled once with NVRTC, checked, launched precompiled (off: JIT call)",
         group=DIAGNOSTIC,
     )

@@ -144,7 +144,7 @@ def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list
 
 
 def bench_kinfer(
-    path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False, precompiled: bool = True
+    path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False, precompiled: bool = False
 ) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
@@ -263,9 +263,9 @@ def main() -> int:
     parser.add_argument("--engines", default="kinfer,mlx-lm", help="which to run: kinfer, mlx-lm")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument(
-        "--jit-kernels",
+        "--precompiled-kernels",
         action="store_true",
-        help="kinfer on CUDA: its kernels through mx.fast.cuda_kernel, not precompiled (the path before)",
+        help="kinfer on CUDA: its kernels compiled once, launched precompiled (default: mx.fast.cuda_kernel)",
     )
     parser.add_argument(
         "--breakdown",
@@ -291,7 +291,7 @@ def main() -> int:
         "dtype": args.dtype,
         "prompt": args.prompt,
         "tokens": args.tokens,
-        "kinfer_kernels": "jit" if args.jit_kernels else "precompiled",
+        "kinfer_kernels": "precompiled" if args.precompiled_kernels else "jit",
         "runs": [],
     }
     print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
@@ -309,7 +309,7 @@ def main() -> int:
                 for engine in engines:
                     if engine == "kinfer":
                         row[engine] = bench_kinfer(
-                            path, prompts, args.tokens, args.breakdown, precompiled=not args.jit_kernels
+                            path, prompts, args.tokens, args.breakdown, precompiled=args.precompiled_kernels
                         )
                     else:
                         row[engine] = bench_mlx_lm(path, prompts, args.tokens)

@@ -66,7 +66,7 @@ class MlxEngine(RowBlocks):
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
     gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
-    compiled once and launched precompiled, else through mx.fast.cuda_kernel). `step_timer`: where each
+    compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
     step's host time goes (step_timer.py; the bench installs one).
     """
 
@@ -85,7 +85,7 @@ class MlxEngine(RowBlocks):
         fused_decode: bool = True,
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
-        precompiled_kernels: bool = True,
+        precompiled_kernels: bool = False,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
     ) -> None:

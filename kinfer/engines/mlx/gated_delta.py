@@ -11,7 +11,8 @@ the wrapper uses the kernel only inside `kinfer_pass()` (the MLX engine's own fo
 mlx-lm's own generation in the same process keeps its own code path. The engine says whether its passes
 may take the kernel (`kinfer_pass(kernel=...)`, from the `mlx_gated_delta` setting:
 `KINFER_MLX_GATED_DELTA=0` turns it off), and whether it may take the kernel compiled once per
-instantiation (precompiled.py) rather than `mx.fast.cuda_kernel`'s call.
+instantiation (precompiled.py, the `mlx_precompiled_kernels` setting, off by default) rather than
+`mx.fast.cuda_kernel`'s call.
 """
 
 from __future__ import annotations
@@ -102,10 +103,10 @@ def kernel_available() -> bool:
 
 
 @contextlib.contextmanager
-def kinfer_pass(*, kernel: bool = True, precompiled: bool = True) -> Iterator[None]:
+def kinfer_pass(*, kernel: bool = True, precompiled: bool = False) -> Iterator[None]:
     """Mark a forward pass as kinfer's: the hooked recurrence may take the kernel inside it (unless
     `kernel` is off), precompiled where it can (unless `precompiled` is off)."""
-    outer = getattr(_pass, "kernel", False), getattr(_pass, "precompiled", True)
+    outer = getattr(_pass, "kernel", False), getattr(_pass, "precompiled", False)
     _pass.kernel, _pass.precompiled = kernel, precompiled
     try:
         yield
@@ -135,7 +136,7 @@ def gated_delta_kernel(
     beta: mx.array,
     state: mx.array,
     *,
-    precompiled: bool = True,
+    precompiled: bool = False,
 ) -> tuple[mx.array, mx.array]:
     """q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g, beta [B, T, Hv]; state [B, Hv, Dv, Dk] (float32).
     Returns y [B, T, Hv, Dv] (q's dtype) and the new state. `precompiled`: take the precompiled kernel
@@ -294,7 +295,7 @@ def install_gated_delta_hook() -> int:
                 hv, dv = v.shape[-2:]
                 state = mx.zeros((batch, hv, dv, dk), dtype=mx.float32)
             return gated_delta_kernel(
-                q, k, v, g, beta, state, precompiled=getattr(_pass, "precompiled", True)
+                q, k, v, g, beta, state, precompiled=getattr(_pass, "precompiled", False)
             )
 
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]

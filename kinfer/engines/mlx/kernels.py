@@ -8,9 +8,9 @@ speed when a step is a few milliseconds of many tiny kernels.
 
 Used only when MLX runs on CUDA, the head sizes are multiples of 32, the layer has no attention sinks
 and its `PagedLayer.fused_decode` is on (the engine's `fused_decode`, from the `mlx_fused_decode`
-setting: `KINFER_MLX_FUSED_DECODE=0` forces the portable path). Each instantiation is compiled once and
-launched precompiled (precompiled.py) unless `precompiled` is off or that path failed; else through
-`mx.fast.cuda_kernel`.
+setting: `KINFER_MLX_FUSED_DECODE=0` forces the portable path). It runs through `mx.fast.cuda_kernel`,
+or with `precompiled` (the `mlx_precompiled_kernels` setting, off by default) compiled once per
+instantiation and launched precompiled (precompiled.py).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def paged_decode_attention(
     bounds: mx.array,
     scale: float,
     *,
-    precompiled: bool = True,
+    precompiled: bool = False,
 ) -> mx.array:
     """queries [B, Hq, 1, D]; keys / values: the flat pools [blocks * kv_heads * block, D]; tables [B, W]
     int32 block ids (`block` tokens each); bounds [B, 2] int32: the positions [lo, hi) each row attends to.

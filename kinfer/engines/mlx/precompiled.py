@@ -5,6 +5,10 @@
 instantiation (a kernel's template arguments and input dtypes) is compiled once with NVRTC
 (nvrtc.py) and every later call hands MLX the finished binary (`mx.fast.precompiled_cuda_kernel`).
 
+Opt-in (`mlx_precompiled_kernels`, off by default): on the H200 the JIT call turned out cheap (~5 us of
+Python per call) and a precompiled call costs about as much or a little more, since MLX copies and
+hashes the 7-27 KB binary on every call (scripts/check_cuda_kernels.py; docs/benchmarks.md).
+
 Guarded: an instantiation is used only after it compiled and a self-check on synthetic inputs gave the
 JIT kernel's output (within a dtype's rounding). Any failure turns the precompiled path off for that
 kernel for the rest of the process, logged once with its reason; callers then take the JIT path, as

@@ -126,5 +126,5 @@ def test_the_precompiled_kernel_is_taken_and_agrees_with_the_jit_kernel(length):
     got = gated_delta.launch_precompiled(call, binary, inputs)
     want = gated_delta.launch_jit(call, inputs)
     assert outputs_agree(list(got), list(want)) is None  # the same bits, or one rounding apart
-    off = gated_delta_kernel(*inputs, precompiled=False)  # --mlx-precompiled-kernels off
-    assert mx.array_equal(off[0], want[0]) and mx.array_equal(off[1], want[1])
+    on = gated_delta_kernel(*inputs, precompiled=True)  # --mlx-precompiled-kernels on
+    assert mx.array_equal(on[0], got[0]) and mx.array_equal(on[1], got[1])

@@ -126,5 +126,6 @@ def test_the_precompiled_kernel_is_taken_and_agrees_with_the_jit_kernel(dtype):
     got = kernels.launch_precompiled(call, binary, inputs)
     want = kernels.launch_jit(call, inputs)
     assert outputs_agree([got], [want]) is None  # the same body: the same bits, or one rounding apart
-    layer.precompiled = False  # --mlx-precompiled-kernels off
-    assert mx.array_equal(view.attend(queries, None, None, scale=0.1), want)
+    assert mx.array_equal(view.attend(queries, None, None, scale=0.1), want)  # the default: JIT
+    layer.precompiled = True  # --mlx-precompiled-kernels on
+    assert mx.array_equal(view.attend(queries, None, None, scale=0.1), got)
