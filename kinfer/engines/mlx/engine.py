@@ -50,6 +50,7 @@ from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
+from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
 from kinfer.engines.prefill_budget import PrefillBudget, StepClock, burst_factor
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
@@ -66,7 +67,9 @@ class MlxEngine(RowBlocks):
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
-    gate/up as one matrix product each; None = only on a GPU).
+    gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
+    compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
+    step's host time goes (step_timer.py; the bench installs one).
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class MlxEngine(RowBlocks):
         fused_decode: bool = True,
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
+        precompiled_kernels: bool = False,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
     ) -> None:
@@ -109,8 +113,9 @@ class MlxEngine(RowBlocks):
         self._layers = plan_layers(self._model, directory.model_type)
         self._paged = [layer for layer in self._layers if isinstance(layer, PagedLayer)]
         for layer in self._paged:
-            layer.fused_decode = fused_decode
-        self._gated_delta = gated_delta
+            layer.fused_decode, layer.precompiled = fused_decode, precompiled_kernels
+        self._gated_delta, self._precompiled = gated_delta, precompiled_kernels
+        self.step_timer: NoTimer = NO_TIMER
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
         self._budget = device_budget(memory_budget_gb, gpu)
         self._weights = weight_bytes(self._model)
@@ -266,6 +271,7 @@ class MlxEngine(RowBlocks):
             self._finished_early.append(JobUpdate(job_id, finish="cancelled", choice=row.choice))
 
     def step(self) -> list[JobUpdate]:
+        self.step_timer.start()
         updates, self._finished_early = self._finished_early, []
         read_back, self._step_prefill = self._inflight is not None, 0
         try:
@@ -277,6 +283,7 @@ class MlxEngine(RowBlocks):
         self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._step_prefill)
         self._inflight = dispatched
         self._counts["steps"] += 1
+        self.step_timer.stop()
         return updates
 
     def stats(self) -> EngineStats:
@@ -351,7 +358,9 @@ class MlxEngine(RowBlocks):
             outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
+        self.step_timer.lap("build")
         mx.async_eval(outputs)
+        self.step_timer.lap("launch")
         self._counts["last"] = processed
         return decoded
 
@@ -398,7 +407,9 @@ class MlxEngine(RowBlocks):
         computed meanwhile too. A row ended by that read (or by a dead end) keeps its place in the
         batch; its token is dropped."""
         if self._inflight is not None:
+            self.step_timer.lap("build")
             mx.async_eval(logits)
+            self.step_timer.lap("launch")
             updates.extend(self._collect(self._inflight))
             self._inflight = None
         assert self._masks is not None
@@ -434,7 +445,9 @@ class MlxEngine(RowBlocks):
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
+        self.step_timer.lap("other")
         values = step.tokens.tolist()
+        self.step_timer.lap("wait")
         records = {}
         if step.logprob_rows is not None and step.logprobs is not None:
             records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
@@ -453,7 +466,7 @@ class MlxEngine(RowBlocks):
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
-        with kinfer_pass(kernel=self._gated_delta):
+        with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
             return self._model(inputs, cache=views)
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------

@@ -82,6 +82,7 @@ class PagedLayer:
     def __init__(self, window: int | None = None, *, fused_decode: bool = True) -> None:
         self.window = window  # sliding-window attention: only the last `window` positions are read
         self.fused_decode = fused_decode  # decode with the fused CUDA kernel where it is available
+        self.precompiled = False  # that kernel compiled once and launched precompiled (kernels.py)
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.heads = 0
@@ -280,6 +281,7 @@ class PagedKV:
                 tables,
                 bounds,
                 scale,
+                precompiled=layer.precompiled,
             )
         return self._attend_decode_ops(queries, scale, sinks)
 
