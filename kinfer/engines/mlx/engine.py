@@ -27,7 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
@@ -195,19 +195,13 @@ class MlxEngine(RowBlocks):
     def tokenize(self, text: str) -> list[int]:
         return self._tokenizer.encode(text)
 
-    def embed_tokenize(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
+    embed_tokenize = tokenize  # a generative model embeds what it would read
 
     def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
         """Last-token states (mlx-lm's backbone, no cache), beside the rows' caches."""
         spec = self.info.embedding
         assert spec is not None
-        try:
-            return embed_generative(self._model, inputs, spec.batch_tokens)
-        except EngineFailure:
-            raise
-        except Exception as exc:
-            raise EngineFailure(f"MLX embedding pass failed: {exc}") from exc
+        return embed_generative(self._model, inputs, spec.batch_tokens)
 
     def detokenize(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens)
@@ -321,10 +315,7 @@ class MlxEngine(RowBlocks):
         self._slots = [None] * len(self._slots)
         if self._pool is not None:
             self._pool.clear()
-        self._layers = []
-        self._paged = []
-        self._model = None
-        self._history = None
+        self._layers, self._paged, self._model, self._history = [], [], None, None
         if self._old_wired_limit is not None:
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
@@ -476,31 +467,6 @@ class MlxEngine(RowBlocks):
             PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, state_rows)
             for layer in self._layers
         ]
-
-    def _fork(self, parent: Row) -> None:
-        """The job's other choices, once all of its prompt but the last token is in `parent`: each
-        takes a free slot sharing the parent's KV blocks (its own copy of a part-filled last one) and
-        recurrent state, then feeds the last prompt token in the same decode pass as the parent."""
-        job = parent.job
-        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
-        states = [layer.snapshot(parent.slot) for layer in recurrent]
-        for choice in range(1, parent.unborn + 1):
-            slot = self._slots.index(None)
-            self._order += 1
-            own = replace(job, sampling=choice_sampling(job.sampling, choice))
-            row = Row(slot, own, self._order, self.plan.ctx, self._tokenizer.piece, choice)
-            if job.constraint is not None:
-                row.grammar = self._grammar_vocab().start(job.constraint)
-            self._slots[slot] = row
-            self._rows[row.key] = row
-            self._share(row, parent.blocks, parent.fed, parent.reused)
-            for layer, snap in zip(recurrent, states, strict=True):
-                layer.restore(slot, snap)
-            if needs_penalties(own.sampling):
-                self._init_history(row)
-        self._held -= parent.unborn
-        parent.unborn = 0
-        self._batch.changed()
 
     def _init_history(self, row: Row) -> None:
         if self._history is None:
