@@ -85,6 +85,7 @@ class Cluster:
             self.health.fail(str(exc))
             engine.close()
             raise EngineFailure(f"loading {model.name} across ranks failed: {exc}") from exc
+        log.info("rank 0 loaded %s: %s", model.name, weights_line(engine))
         return LeaderEngine(engine, self.group, self.health.fail)
 
     def status(self) -> dict:
@@ -122,7 +123,7 @@ class Cluster:
                     )
                     if settings.mlx_self_check:
                         check(engine)
-                    log.info("rank %d loaded %s", self.rank, model.name)
+                    log.info("rank %d loaded %s: %s", self.rank, model.name, weights_line(engine))
                 elif plan.kind == "step":
                     assert engine is not None, "a step before any load"
                     replay(engine, plan)
@@ -135,6 +136,14 @@ class Cluster:
             except Exception:
                 log.exception("rank %d failed replaying a %s plan", self.rank, plan.kind)
                 return 1
+
+
+def weights_line(engine) -> str:
+    """What this rank holds, for the operator (and the test that checks the split): its shard's weights
+    and MLX's active memory."""
+    import mlx.core as mx
+
+    return f"weights {engine.stats().memory['weights']} bytes, active {mx.get_active_memory()} bytes"
 
 
 def _bind_address(ip: str) -> str:

@@ -1,0 +1,122 @@
+"""A model sharded across two ranks (real processes on 127.0.0.1, MLX's ring backend) serves what the
+single-process server serves, holds about half the weights on each rank, and fails cleanly when a
+rank dies.
+
+Each model: a tiny random-weight directory (tests/fixtures/tiny_mlx.py) with wider MLP layers than the
+engine tests' (intermediate 1024, 4 layers), so that the layers mlx-lm splits outweigh the embedding
+and head it keeps whole on every rank. About 40 s per architecture on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.ranks import two_ranks
+from tests.distributed.streams import DIALECTS, Streamed, stream
+from tests.fixtures.tiny_mlx import build_tiny_model
+from tests.live_server import running_server, server_settings
+
+pytest.importorskip("mlx.core")
+
+WIDE = {"intermediate_size": 1024, "num_hidden_layers": 4}
+SERVING = ("--parallel", "8", "--ctx", "512", "--prefix-cache", "off")
+PROMPTS = (
+    "Tell me about the bread in Lyon.",
+    "What is the capital of France?",
+    "def add(a, b): please explain",
+    "Numbers 0 1 2 3 and then?",
+    "Will it rain tomorrow at ten?",
+    "The quick brown fox jumps",
+    "Large language models predict",
+    "Berlin, Tokyo and Paris",
+)
+
+
+def eight_streams(url: str, model: str, max_tokens: int = 24) -> list[Streamed]:
+    """8 concurrent streamed greedy replies, two in each dialect."""
+    with ThreadPoolExecutor(8) as pool:
+        futures = [
+            pool.submit(stream, DIALECTS[i % 4], url, model, prompt, max_tokens)
+            for i, prompt in enumerate(PROMPTS)
+        ]
+        return [f.result(timeout=180) for f in futures]
+
+
+@pytest.fixture(scope="module", params=["qwen3", "llama"])
+def home(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    home = tmp_path_factory.mktemp(f"dist-{request.param}")
+    name = f"tiny-{request.param}"
+    build_tiny_model(home / "models" / name, request.param, config=WIDE)
+    return home, name
+
+
+@pytest.fixture(scope="module")
+def single(home) -> tuple[list[Streamed], int]:
+    """The single-process server on the same weights: its replies and its weight bytes."""
+    path, name = home
+    settings = server_settings(path, parallel=8, ctx=512, prefix_cache="off")
+    with running_server(settings) as server:
+        replies = eight_streams(server.url, name)
+        loaded = server.runtime.scheduler.loaded_models()[0]
+        weights = loaded.worker.stats.memory["weights"]
+    return replies, weights
+
+
+def test_two_ranks_stream_the_single_process_replies_with_half_the_weights_each(home, single):
+    path, name = home
+    expected, whole = single
+    assert all(r.error is None and r.text for r in expected)
+    with two_ranks(path, name, *SERVING) as ranks:
+        got = eight_streams(ranks.url, name)
+        health = ranks.health().json()
+        logs = [ranks.log(0), ranks.log(1)]
+    assert [r.error for r in got] == [None] * 8
+    assert [r.text for r in got] == [r.text for r in expected]  # all four dialects, token for token
+    assert health["distributed"] == {"rank": 0, "ranks": 2, "connected": [0, 1], "lost": [], "error": None}
+    for rank, log in enumerate(logs):
+        weights = int(re.search(rf"rank {rank} loaded {name}: weights (\d+) bytes", log).group(1))
+        assert 0.45 < weights / whole < 0.6, (rank, weights, whole)
+
+
+def test_killing_rank_1_mid_stream_ends_the_streams_with_errors_and_health_says_which_rank(home):
+    path, name = home
+    with two_ranks(path, name, *SERVING) as ranks:
+        results: dict[int, Streamed] = {}
+        started = [threading.Event() for _ in range(4)]
+
+        def run(i: int) -> None:
+            results[i] = stream(DIALECTS[i], ranks.url, name, PROMPTS[i], 480, started[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for event in started:
+            assert event.wait(60), "a reply never started"
+        assert not results, "a reply finished before the rank was killed"
+        ranks.processes[1].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        reported = None
+        while time.monotonic() - killed < 10:
+            reply = ranks.health()
+            if reply.status_code == 503:
+                reported = reply.json()
+                break
+            time.sleep(0.2)
+        for thread in threads:
+            thread.join(30)
+        assert reported is not None, "rank 0's /health did not report the lost rank within 10 s"
+        assert reported["status"] == "rank lost"
+        assert reported["distributed"]["lost"] == [1]
+        assert "rank 1" in reported["distributed"]["error"]
+        assert sorted(results) == [0, 1, 2, 3]
+        assert all(r.error for r in results.values()), results
+        assert ranks.processes[0].poll() is None  # rank 0 stays up
+        after = stream("openai", ranks.url, name, "hello", 8)
+        assert after.error  # refused with a reason, not a hang
