@@ -1,0 +1,105 @@
+"""The pieces of a distributed server that need no second rank: the plan's round trip through the
+broadcast (on a group of one, where all_sum is the identity), the planned prompt room, the hostfile,
+the launch commands and the heartbeat."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from kinfer.distributed.health import ClusterHealth, HealthServer
+from kinfer.distributed.hostfile import launch_commands, read_hostfile
+from kinfer.distributed.plan import Cancel, Load, Plan, Submit, broadcast
+from kinfer.distributed.replica import PlannedBudget
+from kinfer.engines.prefill_budget import PrefillBudget
+from kinfer.errors import InvalidRequest
+from tests.engines.driver import job
+
+mx = pytest.importorskip("mlx.core")
+
+
+def test_a_plan_comes_back_whole_from_the_broadcast():
+    group = mx.distributed.init()  # no launcher: a group of one
+    plan = Plan(
+        "step",
+        room_decoding=12,
+        room_alone=128,
+        calls=(Submit(job("a", [1, 2, 3], max_tokens=9)), Cancel("b")),
+    )
+    assert broadcast(plan, group) == plan
+    assert broadcast(Plan("close"), group) == Plan("close")  # no body: the header alone
+    load = Plan("load", load=Load("tiny", {"rows": 4, "ctx": 512}, size=None))
+    assert broadcast(load, group) == load
+
+
+def test_the_planned_room_is_what_rank_0_decided_and_only_rank_0_learns():
+    learner = PrefillBudget(step_ms=0, max_tokens=128)
+    leader = PlannedBudget(learner)
+    assert leader.plan(128) == (learner.room(128, True), 128)
+    follower = PlannedBudget(None)
+    follower.planned = leader.planned
+    assert follower.room(128, decoding=True) == leader.room(128, decoding=True)
+    assert follower.room(16, decoding=False) == 16  # never past the engine's own cap
+    leader.prefilled(64, 0.5)
+    follower.prefilled(64, 0.5)  # a follower's clock is never asked
+    assert learner.per_token_s == pytest.approx(0.5 / 64)
+
+
+def test_the_hostfile_gives_the_backend_and_the_commands(tmp_path: Path):
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(
+        json.dumps({"hosts": [{"ssh": "m1", "ips": ["10.0.0.1"]}, {"ssh": "m2", "ips": ["10.0.0.2"]}]})
+    )
+    hostfile = read_hostfile(hosts)
+    assert (hostfile.backend, hostfile.leader_ip) == ("ring", "10.0.0.1")
+    text = launch_commands(hostfile, ["--model", "big"])
+    assert (
+        f"mlx.launch --hostfile {hosts} --backend ring -- kinfer --headless --distributed {hosts} --model big"
+        in text
+    )
+    assert '[["10.0.0.1:32323"], ["10.0.0.2:32324"]]' in text
+    assert "[m2] MLX_RANK=1 MLX_HOSTFILE=ring.json kinfer" in text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "not json",
+        json.dumps([{"ssh": "only-one", "ips": ["10.0.0.1"]}]),
+        json.dumps({"backend": "carrier-pigeon", "hosts": [{"ssh": "a", "ips": ["1"]}] * 2}),
+        json.dumps([{"ssh": "a"}, {"ssh": "b"}]),  # the ring needs addresses
+    ],
+)
+def test_a_bad_hostfile_is_refused_with_a_reason(tmp_path: Path, content: str):
+    path = tmp_path / "hosts.json"
+    path.write_text(content)
+    with pytest.raises(InvalidRequest):
+        read_hostfile(path)
+
+
+def test_a_follower_that_disconnects_is_reported_lost():
+    health = ClusterHealth(2, seen={0})
+    server = HealthServer(health, "127.0.0.1", 0)
+    try:
+        follower = socket.create_connection(("127.0.0.1", server.port))
+        follower.sendall(struct.pack("!i", 1) + b".")
+        deadline = time.monotonic() + 5
+        while 1 not in health.seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert health.ok and health.as_dict()["connected"] == [0, 1]
+        follower.close()
+        while health.ok and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert health.as_dict() == {
+            "ranks": 2,
+            "connected": [0],
+            "lost": [1],
+            "error": "rank 1 lost (disconnected)",
+        }
+    finally:
+        server.close()
