@@ -117,6 +117,8 @@ def _join(settings: Settings):
         cluster = Cluster(settings)
     except KinferError as exc:
         raise SystemExit(f"kinfer: {exc}") from None
+    except (RuntimeError, OSError) as exc:  # MLX could not join the ring, or the health port is taken
+        raise SystemExit(f"kinfer: cannot join the distributed group: {exc}") from None
     return cluster, replace(settings, keep_alive="-1", max_loaded=1)
 
 

@@ -103,3 +103,15 @@ def test_a_follower_that_disconnects_is_reported_lost():
         }
     finally:
         server.close()
+
+
+def test_a_rank_started_without_a_launcher_is_told_how(tmp_path: Path, monkeypatch, capsys):
+    from kinfer.cli import main
+
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps([{"ssh": "a", "ips": ["127.0.0.1"]}, {"ssh": "b", "ips": ["127.0.0.1"]}]))
+    monkeypatch.delenv("MLX_RANK", raising=False)
+    with pytest.raises(SystemExit, match=f"kinfer distributed {hosts}"):
+        main(["--headless", "--home", str(tmp_path), "--distributed", str(hosts)])
+    assert main(["distributed", str(hosts), "--", "--model", "m"]) == 0
+    assert "mlx.launch --hostfile" in capsys.readouterr().out
