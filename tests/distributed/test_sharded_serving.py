@@ -50,6 +50,40 @@ def eight_streams(url: str, model: str, max_tokens: int = 24) -> list[Streamed]:
         return [f.result(timeout=180) for f in futures]
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def the_rest(url: str, model: str) -> list:
+    """What else rides the replayed steps: a client leaving mid-reply (its row cancelled on every rank),
+    seeded sampling with two choices and logprobs, and a JSON schema (grammar masks on every rank)."""
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    user = [{"role": "user", "content": "Where is the bakery?"}]
+    leaving = client.chat.completions.create(model=model, messages=user, max_tokens=300, stream=True)
+    for _, _chunk in zip(range(3), leaving, strict=False):
+        pass
+    leaving.close()
+    sampled = client.chat.completions.create(
+        model=model, messages=user, n=2, temperature=0.9, seed=7, max_tokens=16, logprobs=True, top_logprobs=2
+    )
+    shaped = client.chat.completions.create(
+        model=model,
+        messages=user,
+        max_tokens=40,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}},
+    )
+    steps = [t for c in sampled.choices for t in (c.logprobs.content if c.logprobs else [])]
+    texts = [c.message.content for c in sampled.choices]
+    return [texts, [t.token for t in steps], [t.logprob for t in steps], shaped.choices[0].message.content]
+
+
 @pytest.fixture(scope="module", params=["qwen3", "llama", "qwen3_5"])
 def home(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     home = tmp_path_factory.mktemp(f"dist-{request.param}")
@@ -59,29 +93,34 @@ def home(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def single(home) -> tuple[list[Streamed], int]:
-    """The single-process server on the same weights: its replies and its weight bytes."""
+def single(home) -> tuple[list[Streamed], int, list]:
+    """The single-process server on the same weights: its replies, its weight bytes, `the_rest`."""
     path, name = home
     with running_server(server_settings(path, parallel=8, ctx=512)) as server:
         replies = eight_streams(server.url, name)
         assert eight_streams(server.url, name) == replies  # the second round adopts the first's prompts
+        rest = the_rest(server.url, name)
         loaded = server.runtime.scheduler.loaded_models()[0]
         weights = loaded.worker.stats.memory["weights"]
-    return replies, weights
+    return replies, weights, rest
 
 
 def test_two_ranks_stream_the_single_process_replies_with_half_the_weights_each(home, single):
     path, name = home
-    expected, whole = single
+    expected, whole, rest = single
     assert all(r.error is None for r in expected) and sum(bool(r.text) for r in expected) >= 2
     with two_ranks(path, name, *SERVING) as ranks:
         got = eight_streams(ranks.url, name)
         again = eight_streams(ranks.url, name)  # from the prefix pool, on every rank's shard
+        got_rest = the_rest(ranks.url, name)
+        after = eight_streams(ranks.url, name)  # the ranks are still in step
         health = ranks.health().json()
         logs = [ranks.log(0), ranks.log(1)]
     assert [r.error for r in got] == [None] * 8
     assert [r.text for r in got] == [r.text for r in expected]  # all four dialects, token for token
-    assert again == got
+    assert again == got == after
+    assert got_rest[0] == rest[0] and got_rest[1] == rest[1] and got_rest[3] == rest[3]
+    assert got_rest[2] == pytest.approx(rest[2], abs=1e-3)  # the sums split in two add up alike to rounding
     if name != "tiny-qwen3_5":  # a recurrent model adopts exact checkpoints only (none here)
         assert re.search(r"prompt=\d+ cached=[1-9]", logs[0])  # the second round did adopt
     assert health["distributed"] == {"rank": 0, "ranks": 2, "connected": [0, 1], "lost": [], "error": None}
