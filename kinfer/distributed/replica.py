@@ -42,15 +42,16 @@ class PlannedBudget:
         return self.learner.decode_s if self.learner is not None else None
 
 
-def replay(engine, plan: Plan) -> None:
-    """A follower: rank 0's calls since the last step, in order, then the step itself."""
+def replay(engine, plan: Plan) -> list:
+    """A follower: rank 0's calls since the last step, in order, then the step itself (its updates:
+    rank 0's, which a follower has nobody to send to)."""
     for call in plan.calls:
         if isinstance(call, Submit):
             engine.submit(call.job)
         elif isinstance(call, Cancel):
             engine.cancel(call.job_id)
     engine.prefill_budget.planned = (plan.room_decoding, plan.room_alone)
-    engine.step()
+    return engine.step()
 
 
 def build_engine(path, name: str, kwargs: dict, group, *, size=None):
