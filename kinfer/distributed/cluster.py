@@ -86,7 +86,7 @@ class Cluster:
             engine.close()
             raise EngineFailure(f"loading {model.name} across ranks failed: {exc}") from exc
         log.info("rank 0 loaded %s: %s", model.name, weights_line(engine))
-        return LeaderEngine(engine, self.group, self.health.fail)
+        return LeaderEngine(engine, self.group, self.health)
 
     def status(self) -> dict:
         return {"rank": 0, **self.health.as_dict()}

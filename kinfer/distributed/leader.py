@@ -15,12 +15,14 @@ from kinfer.errors import EngineFailure, InvalidRequest
 
 
 class LeaderEngine:
-    """The `Engine` protocol over rank 0's `MlxEngine`; `on_fault(reason)` is told when a step fails."""
+    """The `Engine` protocol over rank 0's `MlxEngine`. `health` (a `ClusterHealth`) is told when a step
+    fails, and a rank the heartbeat found lost fails the next step at once, before its collectives."""
 
-    def __init__(self, engine, group, on_fault) -> None:
+    def __init__(self, engine, group, health) -> None:
         self._engine = engine
         self._group = group
-        self._on_fault = on_fault
+        self._health = health
+        self._on_fault = health.fail
         self._calls: list[Submit | Cancel] = []
         self._broken = False
         self.info = engine.info
@@ -62,8 +64,9 @@ class LeaderEngine:
         self._calls.append(Cancel(job_id))
 
     def step(self) -> list[JobUpdate]:
-        if self._broken:
-            raise EngineFailure("a rank of the distributed group was lost")
+        if self._broken or not self._health.ok:
+            self._broken = True
+            raise EngineFailure(f"the distributed group failed: {self._health.error or 'a rank was lost'}")
         budget = self._engine.prefill_budget
         decoding, alone = budget.plan(self._engine.plan.prefill_chunk)
         calls, self._calls = tuple(self._calls), []

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from kinfer.distributed import leader as leader_module
+from kinfer.distributed.health import ClusterHealth
 from kinfer.distributed.leader import LeaderEngine
 from kinfer.distributed.replica import build_engine, replay
 from kinfer.engines.base import Sampling
-from kinfer.errors import Busy, InvalidRequest
+from kinfer.errors import Busy, EngineFailure, InvalidRequest
 from tests.engines.driver import job, run_jobs
 from tests.fixtures.tiny_mlx import build_tiny_model
 
@@ -29,10 +30,11 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_follower_replaying_the_plans_makes_the_leaders_updates(tiny: Path, monkeypatch):
     group = mx.distributed.init()
-    plans, faults = [], []
+    plans = []
     monkeypatch.setattr(leader_module, "broadcast", lambda plan, _group: plans.append(plan) or plan)
     rank0 = build_engine(tiny, "t", ENGINE, group)
-    leader = LeaderEngine(rank0, group, faults.append)
+    health = ClusterHealth(1)
+    leader = LeaderEngine(rank0, group, health)
     follower = build_engine(tiny, "t", {**ENGINE, "memory_budget_gb": -1.0}, group, size=rank0.plan)
     seeded = Sampling(temperature=0.8, seed=3)
     jobs = [
@@ -52,7 +54,7 @@ def test_a_follower_replaying_the_plans_makes_the_leaders_updates(tiny: Path, mo
 
     leader.step = recorded
     results = run_jobs(leader, jobs)
-    assert all(r.finish in ("length", "stop") for r in results.values()) and faults == []
+    assert all(r.finish in ("length", "stop") for r in results.values()) and health.ok
     assert any(plan.calls for plan, _ in steps) and any(plan.room_decoding for plan, _ in steps)
     for plan, updates in steps:
         assert replay(follower, plan) == updates
@@ -64,7 +66,8 @@ def test_a_follower_replaying_the_plans_makes_the_leaders_updates(tiny: Path, mo
 def test_a_refused_submit_is_not_replayed(tiny: Path, monkeypatch):
     group = mx.distributed.init()
     monkeypatch.setattr(leader_module, "broadcast", lambda plan, _group: plan)
-    leader = LeaderEngine(build_engine(tiny, "t", {**ENGINE, "rows": 1}, group), group, print)
+    health = ClusterHealth(2, seen={0, 1})
+    leader = LeaderEngine(build_engine(tiny, "t", {**ENGINE, "rows": 1}, group), group, health)
     leader.submit(job("a", [1, 2, 3], max_tokens=4))
     with pytest.raises(Busy):
         leader.submit(job("b", [1, 2, 3], max_tokens=4))
@@ -72,4 +75,7 @@ def test_a_refused_submit_is_not_replayed(tiny: Path, monkeypatch):
         leader.submit(dataclasses.replace(job("c", [1], max_tokens=4), prompt=()))
     assert [call.job.job_id for call in leader._calls] == ["a"]
     assert leader.info.embedding is None  # no embedding path across ranks
+    health.fail("rank 1 lost (silent)", 1)  # the heartbeat's verdict: the next step fails before it runs
+    with pytest.raises(EngineFailure, match="rank 1 lost"):
+        leader.step()
     leader.close()
