@@ -82,9 +82,9 @@ class Cluster:
             if settings.mlx_self_check:
                 check(engine)
         except Exception as exc:
-            self.health.fail(str(exc))
+            self.health.fail(str(exc))  # kept only if the heartbeat has not said which rank went first
             engine.close()
-            raise EngineFailure(f"loading {model.name} across ranks failed: {exc}") from exc
+            raise EngineFailure(f"loading {model.name} across ranks failed: {self.health.error}") from exc
         log.info("rank 0 loaded %s: %s", model.name, weights_line(engine))
         return LeaderEngine(engine, self.group, self.health)
 
