@@ -1,10 +1,10 @@
 """Rank 0's engine: the MLX engine of its shard, recording the calls the other ranks must replay.
 
 The scheduler drives it like any engine. `submit` and `cancel` run at once on rank 0 (so their errors
-are the caller's, in its dialect) and are remembered; `step` broadcasts them with the step's prompt
-room (plan.py), then runs the step, which the followers run at the same time. A step that fails (a rank
-lost: MLX raises "connection to a peer was lost") marks the cluster failed: the scheduler fails the
-running replies and its reload attempt is refused with the reason (cluster.py).
+are the caller's, in its dialect) and are remembered; `step` broadcasts them with the state of its
+prefill budget (plan.py), then runs the step, which the followers run at the same time. A step that
+fails (a rank lost: MLX raises "connection to a peer was lost") marks the cluster failed: the
+scheduler fails the running replies and its reload attempt is refused with the reason (cluster.py).
 """
 
 from __future__ import annotations
@@ -67,11 +67,9 @@ class LeaderEngine:
         if self._broken or not self._health.ok:
             self._broken = True
             raise EngineFailure(f"the distributed group failed: {self._health.error or 'a rank was lost'}")
-        budget = self._engine.prefill_budget
-        decoding, alone = budget.plan(self._engine.plan.prefill_chunk)
         calls, self._calls = tuple(self._calls), []
         try:
-            broadcast(Plan("step", decoding, alone, calls), self._group)
+            broadcast(Plan("step", self._engine.prefill_budget.state(), calls), self._group)
             return self._engine.step()
         except Exception as exc:
             self._broken = True

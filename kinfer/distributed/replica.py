@@ -1,45 +1,48 @@
-"""The pieces rank 0 and the followers share to run the same step: the planned prompt room, and
+"""The pieces rank 0 and the followers share to run the same step: one prefill budget state, and
 replaying rank 0's calls on a follower's engine."""
 
 from __future__ import annotations
 
-from kinfer.distributed.plan import Cancel, Plan, Submit
+from kinfer.distributed.plan import Budget, Cancel, Plan, Submit
 from kinfer.engines.prefill_budget import PrefillBudget
 
 
 class PlannedBudget:
-    """Stands in for an engine's `PrefillBudget`: answers `room` with what rank 0 planned for this step
-    (its budget learns from rank 0's clock; a follower's clock is never asked)."""
+    """Stands in for an engine's `PrefillBudget` on every rank. Rank 0's learns from its clock as usual
+    (`learner`) and its state travels with each plan; a follower's takes that state before its step
+    (`follow`) and learns nothing itself, so `room` (which also weighs the step's own rows, the burst
+    factor) answers the same on every rank."""
 
-    def __init__(self, learner: PrefillBudget | None) -> None:
+    def __init__(self, learner: PrefillBudget) -> None:
         self.learner = learner
-        self.planned = (0, 0)  # (room beside decoding rows, room when none decodes)
+        self.leads = True
 
-    def plan(self, cap: int) -> tuple[int, int]:
-        """Rank 0: this step's answers, decided before the step (room() reads no state the step
-        changes: the learner only moves when a step ends)."""
-        assert self.learner is not None
-        self.planned = (self.learner.room(cap, True), self.learner.room(cap, False))
-        return self.planned
+    def state(self) -> Budget:
+        b = self.learner
+        return (b.last_chunk, b.per_token_s, b.decode_s)
 
-    def room(self, cap: int, decoding: bool, taken: int = 0, spent_s: float | None = None) -> int:
-        return max(0, min(cap, self.planned[0] if decoding else self.planned[1]))
+    def follow(self, state: Budget) -> None:
+        self.leads = False
+        b = self.learner
+        b.last_chunk, b.per_token_s, b.decode_s = state
 
-    def took(self, tokens: int) -> None:
-        if self.learner is not None:
-            self.learner.took(tokens)
+    def room(self, cap: int, decoding: bool, taken: int = 0, spent_s=None, burst: float = 1.0) -> int:
+        return self.learner.room(cap, decoding, taken, spent_s, burst)
+
+    def took(self, tokens: int, room: int | None = None) -> None:
+        if self.leads:
+            self.learner.took(tokens, room)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
-        if self.learner is not None:
+        if self.leads:
             self.learner.prefilled(tokens, seconds)
 
     def decoded(self, seconds: float) -> None:
-        if self.learner is not None:
+        if self.leads:
             self.learner.decoded(seconds)
 
-    @property
-    def decode_s(self) -> float | None:
-        return self.learner.decode_s if self.learner is not None else None
+    def __getattr__(self, name: str):  # target_s, decode_s, per_token_s, ...: the learner's
+        return getattr(self.learner, name)
 
 
 def replay(engine, plan: Plan) -> list:
@@ -50,7 +53,7 @@ def replay(engine, plan: Plan) -> list:
             engine.submit(call.job)
         elif isinstance(call, Cancel):
             engine.cancel(call.job_id)
-    engine.prefill_budget.planned = (plan.room_decoding, plan.room_alone)
+    engine.prefill_budget.follow(plan.budget)
     return engine.step()
 
 
@@ -62,8 +65,7 @@ def build_engine(path, name: str, kwargs: dict, group, *, size=None):
 
     kwargs = {**kwargs, "self_check": False}
     engine = MlxEngine(path, name=name, group=group, size=size, **kwargs)
-    learner = engine.prefill_budget if group.rank() == 0 else None
-    engine.prefill_budget = PlannedBudget(learner)
+    engine.prefill_budget = PlannedBudget(engine.prefill_budget)
     return engine
 
 

@@ -1,5 +1,5 @@
 """The pieces of a distributed server that need no second rank: the plan's round trip through the
-broadcast (on a group of one, where all_sum is the identity), the planned prompt room, the hostfile,
+broadcast (on a group of one, where all_sum is the identity), the shared prefill budget, the hostfile,
 the launch commands and the heartbeat."""
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ def test_a_plan_comes_back_whole_from_the_broadcast():
     group = mx.distributed.init()  # no launcher: a group of one
     plan = Plan(
         "step",
-        room_decoding=12,
-        room_alone=128,
+        budget=(24, 0.0125, None),
         calls=(Submit(job("a", [1, 2, 3], max_tokens=9)), Cancel("b")),
     )
     assert broadcast(plan, group) == plan
@@ -37,17 +36,19 @@ def test_a_plan_comes_back_whole_from_the_broadcast():
     assert broadcast(load, group) == load
 
 
-def test_the_planned_room_is_what_rank_0_decided_and_only_rank_0_learns():
-    learner = PrefillBudget(step_ms=0, max_tokens=128)
-    leader = PlannedBudget(learner)
-    assert leader.plan(128) == (learner.room(128, True), 128)
-    follower = PlannedBudget(None)
-    follower.planned = leader.planned
-    assert follower.room(128, decoding=True) == leader.room(128, decoding=True)
-    assert follower.room(16, decoding=False) == 16  # never past the engine's own cap
+def test_a_follower_s_budget_answers_as_rank_0_s_and_only_rank_0_learns():
+    leader = PlannedBudget(PrefillBudget(step_ms=0, max_tokens=128))
+    follower = PlannedBudget(PrefillBudget(step_ms=0, max_tokens=128))
     leader.prefilled(64, 0.5)
-    follower.prefilled(64, 0.5)  # a follower's clock is never asked
-    assert learner.per_token_s == pytest.approx(0.5 / 64)
+    leader.decoded(0.2)
+    leader.took(40)
+    follower.follow(leader.state())
+    assert follower.state() == leader.state() == (40, 0.5 / 64, 0.2)
+    for decoding, burst in ((True, 1.0), (True, 3.5), (False, 1.0)):
+        assert follower.room(128, decoding, burst=burst) == leader.room(128, decoding, burst=burst)
+    follower.prefilled(64, 5.0)  # a follower's own clock is never asked
+    follower.took(4)
+    assert follower.state() == leader.state()
 
 
 def test_the_hostfile_gives_the_backend_and_the_commands(tmp_path: Path):

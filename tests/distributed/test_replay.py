@@ -55,7 +55,7 @@ def test_a_follower_replaying_the_plans_makes_the_leaders_updates(tiny: Path, mo
     leader.step = recorded
     results = run_jobs(leader, jobs)
     assert all(r.finish in ("length", "stop") for r in results.values()) and health.ok
-    assert any(plan.calls for plan, _ in steps) and any(plan.room_decoding for plan, _ in steps)
+    assert any(plan.calls for plan, _ in steps) and any(plan.budget[1] for plan, _ in steps)
     for plan, updates in steps:
         assert replay(follower, plan) == updates
     assert follower.stats().reused_tokens_total == rank0.stats().reused_tokens_total > 0

@@ -4,7 +4,9 @@ mlx-lm builds the model for the directory's `model_type`; kinfer supplies the ca
 for attention, state.StateView for recurrent layers) and its own step loop:
 
 - every generating row advances in one decode pass; waiting prompts are prefilled in chunks (a token
-  budget per step) in separate passes of the same step, so running replies never stall for long;
+  budget per step, prefill_budget.py) in separate passes of the same step, so running replies never
+  stall for long; the chunks of many prompts share a pass, right-padded to one length on attention-only
+  models (rows.plan_prefill), since every pass costs the host a whole forward pass;
 - sampling happens on the device for all rows at once (sampling.py), and step n+1 is dispatched
   (`mx.async_eval`) before the host reads step n's tokens;
 - a finished row's slot is taken by the next job in place; other rows are untouched;
@@ -45,12 +47,12 @@ from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, w
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
-from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
+from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
 from kinfer.engines.mlx.sampling import mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
-from kinfer.engines.prefill_budget import PrefillBudget, StepClock
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock, burst_factor
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -175,6 +177,7 @@ class MlxEngine(RowBlocks):
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
+        self._step_prefill = 0  # positions this step's prefill passes compute, padding included
         self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
@@ -272,14 +275,14 @@ class MlxEngine(RowBlocks):
 
     def step(self) -> list[JobUpdate]:
         updates, self._finished_early = self._finished_early, []
-        read_back, prompt = self._inflight is not None, self._counts["prompt"]
+        read_back, self._step_prefill = self._inflight is not None, 0
         try:
             dispatched = self._dispatch(updates)
             if self._inflight is not None:
                 updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
-        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._counts["prompt"] - prompt)
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._step_prefill)
         self._inflight = dispatched
         self._counts["steps"] += 1
         return updates
@@ -348,14 +351,15 @@ class MlxEngine(RowBlocks):
         decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
-        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding))
-        chunks = plan_prefill(filling, room)
+        burst = burst_factor(len(filling), len(decoding))
+        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
+        passes = plan_prefill(filling, room, pad=not self.info.recurrent)
+        self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
-            self._clock.budget.took(sum(length * len(group) for length, group in chunks))
-        for length, group in chunks:
-            processed += self._prefill(group, length)
-            for row in group:
-                updates.append(row.progress_update())
+            self._clock.budget.took(self._step_prefill, room)
+        for prefill in passes:
+            processed += self._prefill(prefill)
+            updates.extend(row.progress_update() for row in prefill.rows)
         if decoded is None and processed == 0:
             return None
         outputs = [array for layer in self._layers for array in _arrays(layer)]
@@ -422,21 +426,29 @@ class MlxEngine(RowBlocks):
             self._release(row, save=False)
         return logits if words is None else mask_logits(logits, mx.array(words))
 
-    def _prefill(self, rows: list[Row], length: int) -> int:
+    def _prefill(self, prefill: PrefillPass) -> int:
+        """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
+        positions computed."""
+        rows, length = prefill.rows, prefill.length
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
         slots = np.array([r.slot for r in rows])
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
-        inputs = mx.array([list(r.job.prompt[r.fed : r.fed + length]) for r in rows])
+        inputs = mx.array(
+            [
+                [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
+                for r, n in zip(rows, prefill.chunks, strict=True)
+            ]
+        )
         state_rows = mx.array(slots.astype(np.int32))
         self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
-        for row in rows:
-            row.fed += length
+        for row, n in zip(rows, prefill.chunks, strict=True):
+            row.fed += n
             self._batch.set_position(row.slot, row.fed)
-            self._counts["prompt"] += length
+            self._counts["prompt"] += n
             if self._pool is not None and row.fed in row.checkpoints:
                 self._save(row, row.fed)
-        return length * len(rows)
+        return prefill.tokens
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
