@@ -67,6 +67,13 @@ class Settings:
         None, "Host names answered besides localhost and loopback IPs, comma separated ('*' for any)"
     )
     log_level: str = _setting("info", "logging level", choices=("debug", "info", "warning", "error"))
+    distributed: Path | None = _setting(
+        None,
+        "serve one MLX model sharded across the hosts of this mlx.launch hostfile (docs/distributed.md)",
+    )
+    distributed_port: int = _setting(
+        0, "rank 0's port for the ranks' heartbeats (0: the port below the ring's first)"
+    )
 
     memory_budget_gb: float = _setting(
         0.0,

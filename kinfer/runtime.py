@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -31,6 +32,7 @@ class Runtime:
     scheduler: Scheduler
     metrics_registry: CollectorRegistry | None = None
     requests: RequestLog = field(default_factory=RequestLog)  # every finished HTTP request
+    cluster: Any = None  # distributed.cluster.Cluster on a distributed rank 0 (its ranks' health)
 
     @classmethod
     def build(cls, settings: Settings, *, engine_factory=None) -> Runtime:

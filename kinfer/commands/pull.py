@@ -12,7 +12,7 @@ import sys
 import threading
 
 from kinfer.config import Settings
-from kinfer.errors import KinferError
+from kinfer.errors import InvalidRequest, KinferError
 from kinfer.store.can_run import DEFAULT_CTX, DEFAULT_PARALLEL, can_run, format_report
 from kinfer.store.catalog import Store
 from kinfer.store.progress import ProgressPrinter, format_bytes
@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     )
     c.add_argument("ref", metavar="REF", help=REF_HELP)
     c.add_argument("--json", action="store_true", help="print JSON")
+    c.add_argument(
+        "--hosts", type=int, default=1, help="split across this many hosts (kinfer --distributed): per host"
+    )
     c.set_defaults(handler=run_can_run)
 
 
@@ -66,7 +69,9 @@ def run_can_run(args: argparse.Namespace, settings: Settings) -> int:
     ctx = settings.ctx or DEFAULT_CTX
     parallel = settings.parallel or DEFAULT_PARALLEL
     try:
-        report = can_run(args.ref, ctx=ctx, parallel=parallel)
+        if args.hosts < 1:
+            raise InvalidRequest("--hosts is 1 or more")
+        report = can_run(args.ref, ctx=ctx, parallel=parallel, hosts=args.hosts)
     except KinferError as exc:
         return _fail(exc)
     if args.json:

@@ -32,6 +32,12 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
     run.add_argument("prompt", nargs="*", help="one-shot prompt; omit for an interactive chat")
     run.add_argument("--think", choices=("on", "off"), help="ask for thinking, or turn it off")
     run.set_defaults(handler=run_chat)
+    dist = sub.add_parser(
+        "distributed", parents=parents, help="print the commands that start a model's ranks across hosts"
+    )
+    dist.add_argument("hostfile", help="mlx.launch's hostfile JSON (docs/distributed.md)")
+    dist.add_argument("serve_args", nargs="*", help="more kinfer flags for every rank (after --)")
+    dist.set_defaults(handler=run_distributed)
 
 
 # ---- serving -----------------------------------------------------------------------------------
@@ -41,7 +47,13 @@ def serve(settings: Settings, *, headless: bool) -> int:
     from kinfer.runtime import Runtime
     from kinfer.server.http import bind_socket
 
-    runtime = Runtime.build(settings)
+    cluster = None
+    if settings.distributed is not None:
+        cluster, settings = _join(settings)
+        if cluster.rank != 0:
+            return cluster.follow(settings)
+    runtime = Runtime.build(settings, engine_factory=cluster.engine_factory if cluster else None)
+    runtime.cluster = cluster
     try:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
@@ -83,7 +95,48 @@ async def _serve_headless(runtime, sock, host: str, port: int) -> int:
         print(f"default model: {default.name} ({default.kind_label})", flush=True)
     else:
         print("the store is empty: `kinfer pull OWNER/REPO` to add a model", flush=True)
-    await serve_runtime(runtime, sock, shutdown, hurry)
+    if runtime.cluster is not None:  # the other ranks wait for the model: load it now, for good
+        preload = asyncio.create_task(runtime.scheduler.load(runtime.settings.model, keep_alive=-1))
+        preload.add_done_callback(_log_preload)
+    try:
+        await serve_runtime(runtime, sock, shutdown, hurry)
+    finally:
+        if runtime.cluster is not None:
+            runtime.cluster.close()
+    return 0
+
+
+def _join(settings: Settings):
+    """This process's rank; a distributed server keeps its one model loaded (the ranks hold it)."""
+    from dataclasses import replace
+
+    from kinfer.distributed.cluster import Cluster
+    from kinfer.errors import KinferError
+
+    try:
+        cluster = Cluster(settings)
+    except KinferError as exc:
+        raise SystemExit(f"kinfer: {exc}") from None
+    except (RuntimeError, OSError) as exc:  # MLX could not join the ring, or the health port is taken
+        raise SystemExit(f"kinfer: cannot join the distributed group: {exc}") from None
+    return cluster, replace(settings, keep_alive="-1", max_loaded=1)
+
+
+def _log_preload(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("loading the model across ranks failed: %s", task.exception())
+
+
+def run_distributed(args: argparse.Namespace, settings: Settings) -> int:
+    from kinfer.distributed.hostfile import launch_commands, read_hostfile
+    from kinfer.errors import KinferError
+
+    try:
+        hostfile = read_hostfile(args.hostfile)
+    except KinferError as exc:
+        print(f"kinfer: {exc}", file=sys.stderr)
+        return 1
+    print(launch_commands(hostfile, args.serve_args))
     return 0
 
 

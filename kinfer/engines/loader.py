@@ -69,21 +69,25 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
         if is_embedding_directory(model.path):
             return MlxEmbeddingEngine(model.path, name=model.name, ctx=row_ctx)
 
-        return MlxEngine(
-            model.path,
-            name=model.name,
-            rows=settings.parallel,
-            ctx=row_ctx,
-            min_ctx=min_ctx,
-            prefix_cache=settings.prefix_cache_enabled,
-            cache_limit_gb=settings.mlx_cache_limit_gb,
-            prefill_chunk=settings.prefill_chunk,
-            step_budget_ms=settings.step_budget_ms,
-            memory_budget_gb=settings.memory_budget_gb,
-            self_check=settings.mlx_self_check,
-            fused_decode=settings.mlx_fused_decode,
-            gated_delta=settings.mlx_gated_delta,
-            precompiled_kernels=settings.mlx_precompiled_kernels,
-            fuse_projections=settings.mlx_fuse_projections,
-        )
+        return MlxEngine(model.path, name=model.name, **mlx_engine_kwargs(settings, ctx))
     raise ValueError(f"no engine serves models of format {model.format!r}")
+
+
+def mlx_engine_kwargs(settings: Settings, ctx: int | None) -> dict:
+    """`MlxEngine`'s arguments from the settings (a distributed rank 0 sends them to the other ranks)."""
+    row_ctx, min_ctx = served_context(settings.ctx, ctx)
+    return {
+        "rows": settings.parallel,
+        "ctx": row_ctx,
+        "min_ctx": min_ctx,
+        "prefix_cache": settings.prefix_cache_enabled,
+        "cache_limit_gb": settings.mlx_cache_limit_gb,
+        "prefill_chunk": settings.prefill_chunk,
+        "step_budget_ms": settings.step_budget_ms,
+        "memory_budget_gb": settings.memory_budget_gb,
+        "self_check": settings.mlx_self_check,
+        "fused_decode": settings.mlx_fused_decode,
+        "gated_delta": settings.mlx_gated_delta,
+        "precompiled_kernels": settings.mlx_precompiled_kernels,
+        "fuse_projections": settings.mlx_fuse_projections,
+    }

@@ -57,9 +57,19 @@ def create_app(runtime: Runtime) -> Quart:
 
     @app.get("/health")
     async def health() -> Response:
+        cluster = runtime.cluster.status() if runtime.cluster is not None else None
+        if cluster is not None and cluster["error"]:  # a rank lost: serving is over until a restart
+            body = {"status": "rank lost"}
+            if caller_has_key(runtime.settings):
+                body.update(version=__version__, distributed=cluster)
+            reply = jsonify(body)
+            reply.status_code = 503
+            return reply
         if not caller_has_key(runtime.settings):
             return jsonify({"status": "ok"})  # open to all: which models run is the key holder's business
         loaded = [m.name for m in runtime.scheduler.loaded_models()]
+        if cluster is not None:
+            return jsonify({"status": "ok", "version": __version__, "loaded": loaded, "distributed": cluster})
         if runtime.scheduler.draining:  # a load balancer stops sending work here
             reply = jsonify({"status": "shutting down", "version": __version__, "loaded": loaded})
             reply.status_code = 503

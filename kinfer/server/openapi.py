@@ -68,9 +68,10 @@ HEALTH = {
     "type": "object",
     "required": ["status"],  # version and loaded only with the API key, when one is set
     "properties": {
-        "status": {"const": "ok"},
+        "status": {"enum": ["ok", "shutting down", "rank lost"]},
         "version": {"type": "string"},
         "loaded": {"type": "array", "items": {"type": "string"}},
+        "distributed": {"type": "object"},  # a distributed rank 0: ranks, connected, lost, error
     },
 }
 OLLAMA_MODELS = {

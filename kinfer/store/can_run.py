@@ -152,6 +152,7 @@ class CanRunReport:
     best: VariantFit | None
     notes: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
+    hosts: int = 1  # the figures are per host: weights, KV and state split this many ways
 
     @property
     def pull_command(self) -> str | None:
@@ -163,6 +164,7 @@ class CanRunReport:
             "commit": self.commit,
             "ctx": self.ctx,
             "parallel": self.parallel,
+            "hosts": self.hosts,
             "machine": self.machine.to_dict(),
             "architecture": self.architecture,
             "supported": {"llama.cpp": self.llama_cpp, "mlx": self.mlx},
@@ -189,8 +191,11 @@ def can_run(
     ctx: int = DEFAULT_CTX,
     parallel: int = DEFAULT_PARALLEL,
     client: HubClient | None = None,
+    hosts: int = 1,
 ) -> CanRunReport:
-    """Estimate, per variant of `ref`, the memory needed for `ctx` x `parallel` and whether it fits."""
+    """Estimate, per variant of `ref`, the memory needed for `ctx` x `parallel` and whether it fits.
+    `hosts` > 1: per host of a distributed server (`--distributed`), the model split that many ways
+    (MLX tensor parallel: weights, KV heads and recurrent state divided, a runtime overhead on each)."""
     hub_ref = parse_ref(ref) if isinstance(ref, str) else ref
     client = client or HubClient()
     machine = machine or MachineMemory.detect()
@@ -205,6 +210,7 @@ def can_run(
         "ctx": ctx,
         "parallel": parallel,
         "machine": machine,
+        "hosts": max(1, hosts),
     }
     if variants:
         return _gguf_report(client, listing, variants, common)
@@ -235,6 +241,8 @@ def _gguf_report(
         )
     if supported is False:
         notes.append(f"llama.cpp does not know the architecture {architecture!r}")
+    if common["hosts"] > 1:
+        notes.append("a GGUF runs on one machine: only MLX directories are split across hosts")
     fits = tuple(
         _fit(
             v.tag,
@@ -244,7 +252,7 @@ def _gguf_report(
             shape,
             common,
             gguf_model_name(listing.repo_id, v.tag),
-            supported is not False,
+            supported is not False and common["hosts"] == 1,
             embedding,
         )
         for v in sorted(variants, key=lambda v: v.size)
@@ -281,6 +289,9 @@ def _safetensors_report(client: HubClient, listing: RepoListing, common: dict[st
         suggestions = tuple(client.search_gguf(listing.repo_id.split("/")[1], exclude=listing.repo_id))
     if shape is None:
         notes.append("model shape unknown: the estimate counts weights and overhead only")
+    split = split_note(support.model_type, shape, common["hosts"]) if support.supported else None
+    if split:
+        notes.append(split)
     fit = _fit(
         _dir_label(config),
         "mlx",
@@ -289,7 +300,7 @@ def _safetensors_report(client: HubClient, listing: RepoListing, common: dict[st
         shape,
         common,
         dir_model_name(listing.repo_id),
-        support.supported,
+        support.supported and not (common["hosts"] > 1 and (embedding or split)),
         embedding,
     )
     return CanRunReport(
@@ -329,8 +340,11 @@ def _fit(
     ctx, rows = common["ctx"], common["parallel"]
     if embedding:  # no rows: one embedding pass's tokens (see kinfer/engines/embedding.py)
         ctx, rows = embedding_pass_tokens(shape.context_length if shape else None), 1
-    kv = shape.kv_bytes(ctx, rows) if shape else 0
-    state = shape.state_bytes(rows) if shape else 0
+    hosts = common.get("hosts", 1)
+    weights = weights // hosts  # tensor parallel: each host holds its share (embedding and head are whole
+    # on some architectures: a small underestimate for large models)
+    kv = (shape.kv_bytes(ctx, rows) if shape else 0) // hosts
+    state = (shape.state_bytes(rows) if shape else 0) // hosts
     overhead = OVERHEAD_BYTES + int(weights * OVERHEAD_SHARE)
     return VariantFit(
         tag=tag,
@@ -344,6 +358,19 @@ def _fit(
         pull_ref=pull_ref,
         servable=servable,
     )
+
+
+def split_note(model_type: str | None, shape: ModelShape | None, hosts: int) -> str | None:
+    """Why this model cannot be split `hosts` ways (None: it can, or hosts is 1)."""
+    if hosts <= 1:
+        return None
+    from kinfer.distributed.splits import tensor_parallel
+
+    if tensor_parallel(model_type) is False:
+        return f"mlx-lm has no tensor-parallel split for {model_type!r}: it cannot be served across hosts"
+    if shape is not None and shape.kv_heads and shape.kv_heads % hosts:
+        return f"its {shape.kv_heads} KV heads do not split {hosts} ways"
+    return None
 
 
 def embedding_pass_tokens(context_length: int | None) -> int:
@@ -398,8 +425,9 @@ def format_report(report: CanRunReport) -> str:
         trained = f", trained for {s.context_length} tokens" if s.context_length else ""
         lines.append(f"shape: {layers}, {s.kv_heads} KV heads x {s.head_dim}{trained}")
     gpu = f", GPU {m.gpu_name or ''} {format_bytes(m.gpu_total)}" if m.gpu_total else ""
+    per_host = f", per host of {report.hosts} (split)" if report.hosts > 1 else ""
     lines.append(
-        f"estimate for {report.ctx} tokens x {report.parallel} rows; this machine: "
+        f"estimate for {report.ctx} tokens x {report.parallel} rows{per_host}; this machine: "
         f"{format_bytes(m.ram_available)} RAM free of {format_bytes(m.ram_total)}{gpu}"
     )
     lines.append("")

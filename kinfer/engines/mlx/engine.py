@@ -27,6 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
+from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels
@@ -47,8 +48,8 @@ from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_direc
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
-from kinfer.engines.mlx.sizing import plan_layers, plan_size
+from kinfer.engines.mlx.sampling import mask_logits, needs_penalties, sample
+from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
@@ -69,7 +70,9 @@ class MlxEngine(RowBlocks):
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
     gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
     compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
-    step's host time goes (step_timer.py; the bench installs one).
+    step's host time goes (step_timer.py; the bench installs one). group: serve this rank's
+    tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
+    size: rows, context and pool decided elsewhere (by a distributed rank 0, so every rank sizes alike).
     """
 
     def __init__(
@@ -90,6 +93,8 @@ class MlxEngine(RowBlocks):
         precompiled_kernels: bool = False,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
+        group: mx.distributed.Group | None = None,
+        size: SizePlan | None = None,
     ) -> None:
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
@@ -98,7 +103,9 @@ class MlxEngine(RowBlocks):
 
         self._tokenizer = MlxTokenizer(path)
         directory = read_model_directory(path, self._tokenizer.config, self._tokenizer.eos_id)
-        self._model = load_weights(path)
+        self._model = load_weights(path, group)
+        # a sharded model: every rank takes rank 0's tokens (distributed/agree.py), so their rows never drift
+        self._agree = None if group is None else agree_tokens(group)
         if fuse_projections is None:
             # on a GPU the host-side cost of each matrix product dominates small batches (fuse.py)
             fuse_projections = gpu
@@ -119,7 +126,7 @@ class MlxEngine(RowBlocks):
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
         self._budget = device_budget(memory_budget_gb, gpu)
         self._weights = weight_bytes(self._model)
-        self.plan = plan_size(
+        self.plan = size or plan_size(
             rows=rows,
             ctx=ctx,
             gpu=gpu,
@@ -149,7 +156,9 @@ class MlxEngine(RowBlocks):
             rows=self.plan.rows,
             recurrent=bool(recurrent),
             train_context_length=directory.train_context,
-            embedding=generative_spec(directory.config, self.plan.ctx, tok.vocab_size, (name, path.name)),
+            embedding=None
+            if group is not None
+            else generative_spec(directory.config, self.plan.ctx, tok.vocab_size, (name, path.name)),
         )
 
         self._alloc = BlockAllocator()
@@ -280,6 +289,14 @@ class MlxEngine(RowBlocks):
         self.step_timer.stop()
         return updates
 
+    @property
+    def prefill_budget(self) -> PrefillBudget:  # a distributed rank 0 shares its answers (distributed/)
+        return self._clock.budget
+
+    @prefill_budget.setter
+    def prefill_budget(self, budget: PrefillBudget) -> None:
+        self._clock.budget = budget
+
     def stats(self) -> EngineStats:
         c = self._counts
         account = mlx_account(
@@ -373,6 +390,8 @@ class MlxEngine(RowBlocks):
         # the draw's random number comes from (seed, position): a row's draws ignore the rest of the batch
         counters = None if plan.sampling.all_greedy else mx.array(layout.starts.astype(np.uint32))
         tokens = sample(logits, plan.sampling, counters, history)
+        if self._agree is not None:
+            tokens = self._agree(tokens)
         if history is not None:
             updated = mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
             if plan.state_rows is None:
@@ -458,7 +477,12 @@ class MlxEngine(RowBlocks):
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-            return self._model(inputs, cache=views)
+            out = self._model(inputs, cache=views)
+        if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)
+            mx.eval(
+                [a for layer in self._layers for a in _arrays(layer)], out if inputs.shape[1] == 1 else []
+            )
+        return out
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
@@ -467,11 +491,6 @@ class MlxEngine(RowBlocks):
             PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, state_rows)
             for layer in self._layers
         ]
-
-    def _init_history(self, row: Row) -> None:
-        if self._history is None:
-            self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
-        self._history[row.slot] = history_row(row.job.prompt)
 
 
 def _arrays(layer) -> list[mx.array]:

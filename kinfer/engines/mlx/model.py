@@ -98,16 +98,31 @@ def read_model_directory(path: Path, tokenizer_config: dict[str, Any], eos_id: i
     )
 
 
-def load_weights(path: Path):
-    """The mlx-lm model for the directory, weights evaluated (so load errors surface here)."""
+def load_weights(path: Path, group=None):
+    """The mlx-lm model for the directory, weights evaluated (so load errors surface here).
+
+    `group` (an `mx.distributed.Group`): keep only this rank's tensor-parallel shard, split by mlx-lm's
+    own `model.shard(group)`; loaded lazily first, so the whole model is never resident on one rank."""
+    import mlx.core as mx
     from mlx_lm.utils import load_model
 
     try:
-        model, _ = load_model(path)
+        model, config = load_model(path, lazy=group is not None)
     except FileNotFoundError as exc:
         raise EngineFailure(f"{path}: {exc}") from exc
     except ValueError as exc:  # unsupported model_type, bad quantization config, mismatched weights
         raise EngineFailure(f"{path}: mlx-lm cannot load this model: {exc}") from exc
+    if group is not None:
+        if not hasattr(model, "shard"):
+            raise EngineFailure(
+                f"{path}: mlx-lm has no tensor-parallel split for model_type "
+                f"{config.get('model_type')!r} (docs/distributed.md lists the ones it has)"
+            )
+        try:
+            model.shard(group)
+        except (AssertionError, ValueError) as exc:  # e.g. heads or vocabulary not divisible by ranks
+            raise EngineFailure(f"{path}: cannot split this model {group.size()} ways: {exc}") from exc
+        mx.eval(model.parameters())
     return model
 
 

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import mlx.core as mx
+
 from kinfer.engines.base import JobUpdate, choice_sampling
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.rows import Row
-from kinfer.engines.mlx.sampling import needs_penalties
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, needs_penalties
 from kinfer.engines.mlx.state import StateSlots
 from kinfer.errors import EngineFailure
 
 
 class RowBlocks:
-    """Block bookkeeping for rows: adopt a pool entry, share a sibling's prompt, grow, save, release."""
+    """Block bookkeeping for rows: adopt a pool entry, share a sibling's prompt (fork a job's choices),
+    grow, save, release."""
 
     def _release(self, row: Row, *, save: bool) -> None:
         if row.unborn:  # ended before its prompt was in: the other choices end with it, unborn
@@ -119,3 +122,8 @@ class RowBlocks:
         self._held -= parent.unborn
         parent.unborn = 0
         self._batch.changed()
+
+    def _init_history(self, row: Row) -> None:
+        if self._history is None:
+            self._history = mx.full((self.plan.rows, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
+        self._history[row.slot] = history_row(row.job.prompt)

@@ -168,3 +168,20 @@ def test_the_report_serialises_to_json(hub: HubServer, sized_repo: str) -> None:
     assert [v["verdict"] for v in data["variants"]] == ["comfortable", "comfortable", "tight", "too large"]
     assert data["pull_command"] == "kinfer pull hf.co/o/Tiny-GGUF:q4_k_m"
     assert data["shape"]["layers"] == 2 and data["shape"]["kv_heads"] == KV_HEADS
+
+
+def test_hosts_price_each_host_s_share_of_the_split_model(hub: HubServer, sized_repo: str) -> None:
+    hub.repos["Qwen/Tiny-Qwen3.5"] = FakeRepo(mlx_repo_files(qwen3_5_config(layers=8, interval=4)))
+    one = can_run("Qwen/Tiny-Qwen3.5", machine=SMALL_MACHINE, ctx=4096, parallel=4)
+    two = can_run("Qwen/Tiny-Qwen3.5", machine=SMALL_MACHINE, ctx=4096, parallel=4, hosts=2)
+
+    whole, half = one.variants[0], two.variants[0]
+    assert two.hosts == 2 and two.to_dict()["hosts"] == 2
+    assert half.weights_bytes == whole.weights_bytes // 2
+    assert (half.kv_bytes, half.state_bytes) == (whole.kv_bytes // 2, whole.state_bytes // 2)
+    assert half.servable and two.pull_command == one.pull_command
+    # its 2 KV heads do not split 4 ways; a GGUF is never split
+    four = can_run("Qwen/Tiny-Qwen3.5", machine=SMALL_MACHINE, hosts=4)
+    assert not four.variants[0].servable and any("KV heads" in n for n in four.notes)
+    gguf = can_run(sized_repo, machine=SMALL_MACHINE, hosts=2)
+    assert gguf.best is None and any("only MLX" in n for n in gguf.notes)
