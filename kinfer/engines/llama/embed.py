@@ -12,6 +12,7 @@ the chat context.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp as lib
@@ -121,6 +122,10 @@ class LlamaEmbeddingEngine:
             raise
         general = native.meta_string(self._model, "general.name")
         spec = embedding_spec(max_tokens, self._embedder.dimensions, pooling, self._vocab, (name, general))
+        if isinstance(self._embedder, EmbedderPool):
+            # a turn's passes run side by side: as many tokens per context as one context takes, so a
+            # turn lasts as long and its last pass leaves the other contexts idle for a smaller share
+            spec = replace(spec, batch_tokens=spec.batch_tokens * self._embedder.contexts)
         self._facts = facts
         self._tokens = 0
         self.info = ModelInfo(

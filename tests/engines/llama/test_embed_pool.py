@@ -77,3 +77,7 @@ def test_an_input_too_long_fails_the_call_and_the_pool_keeps_serving(pooled) -> 
     with pytest.raises(InvalidRequest):
         pooled.embed([*inputs, tuple([5] * (POSITIONS + 1))])
     assert len(pooled.embed(inputs)) == 8
+
+
+def test_a_turn_of_the_engine_loop_takes_a_pass_budget_per_context(pooled, single) -> None:
+    assert pooled.info.embedding.batch_tokens == 3 * single.info.embedding.batch_tokens
