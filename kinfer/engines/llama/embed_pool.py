@@ -84,9 +84,10 @@ class EmbedderPool:
             first = self._embedders[0]
             self._set_threads(first, self.threads)
             return first.embed(inputs)
-        # the threads shared among the contexts that run; the first ones get any left over
+        # the threads shared among the contexts that run; the first ones get any left over (more
+        # contexts than threads, as --embed-contexts may ask: one thread each)
         for n, embedder in enumerate(self._embedders):
-            self._set_threads(embedder, self.threads // running + (n < self.threads % running))
+            self._set_threads(embedder, max(1, self.threads // running + (n < self.threads % running)))
         free = self._free
         for embedder in self._embedders[:running]:
             free.put(embedder)

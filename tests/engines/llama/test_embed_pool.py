@@ -81,3 +81,14 @@ def test_an_input_too_long_fails_the_call_and_the_pool_keeps_serving(pooled) -> 
 
 def test_a_turn_of_the_engine_loop_takes_a_pass_budget_per_context(pooled, single) -> None:
     assert pooled.info.embedding.batch_tokens == 3 * single.info.embedding.batch_tokens
+
+
+def test_more_contexts_than_threads_run_one_thread_each(gguf: Path, single) -> None:
+    engine = LlamaEmbeddingEngine(gguf, name="tiny-embed", pooling=gguf_pooling(gguf), threads=2, contexts=4)
+    try:
+        vectors = engine.embed(tokens(engine, TEXTS[:12]))
+        assert [e.threads for e in engine._embedder._embedders] == [1, 1, 1, 1]
+        solo = [single.embed(tokens(single, [text]))[0] for text in TEXTS[:12]]
+        assert min(cosine(v, s) for v, s in zip(vectors, solo, strict=True)) >= SAME
+    finally:
+        engine.close()
