@@ -118,6 +118,11 @@ class Settings:
         "MLX on CUDA: the GatedDeltaNet recurrence kernel of Qwen3.5-style models (off: mlx-lm's path)",
         group=DIAGNOSTIC,
     )
+    mlx_precompiled_kernels: bool = _setting(
+        False,
+        "MLX on CUDA: those kernels compiled once with NVRTC, checked, launched precompiled (off: JIT call)",
+        group=DIAGNOSTIC,
+    )
     mlx_fuse_projections: bool | None = _setting(
         None, "MLX: q/k/v and gate/up as one matrix product each (auto: on a GPU)", group=DIAGNOSTIC
     )

@@ -8,8 +8,9 @@
 1. The engine driven directly: `--rows` replies at once, all under the schema, then all free (the same
    prompts). Aggregate tok/s over the decode phase; the mask's CPU time per constrained step (computed
    by llguidance while the forward pass runs, so part of it is hidden) and per masked token.
-2. With `--llama-server PATH`: the same schema over HTTP, `--rows` concurrent requests, kinfer
-   (response_format) vs llama.cpp's own server (its `json_schema` body field), same GGUF weights.
+2. With `--llama-server PATH` (or `--http` for kinfer alone): the same schema over HTTP, `--rows`
+   concurrent requests, kinfer (response_format) vs llama.cpp's own server (its `json_schema` body
+   field), same GGUF weights. `--rounds N` alternates schema and free runs N times.
 
 Constrained replies end when their JSON is complete; free replies run to `--tokens` (end of turn
 ignored). The schema's array of records keeps constrained replies long enough to measure.
@@ -219,7 +220,7 @@ def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
         if not args.peer_only
         else _nothing() as kinfer
     ):
-        for constrained in (True, False) if kinfer else ():
+        for constrained in (True, False) * args.rounds if kinfer else ():
             label = f"kinfer, {'schema' if constrained else 'free'}"
             runs.append(
                 http_run(
@@ -227,6 +228,8 @@ def compare_servers(args: argparse.Namespace, gguf: Path) -> list[Run]:
                     lambda i, c=constrained: body(i, c, "kinfer"),
                 )
             )  # fmt: skip
+    if args.llama_server is None:
+        return runs
     port = free_port()
     command = [
         str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
@@ -341,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--llama-server", type=Path, default=None, help="llama.cpp's llama-server binary")
     parser.add_argument("--peer-only", action="store_true", help="over HTTP, measure llama-server only")
+    parser.add_argument("--http", action="store_true", help="also measure kinfer over HTTP (no peer needed)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="schema and free runs, alternating, this many times"
+    )
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args(argv)
     args.argv = argv
@@ -348,16 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # the grammar vocabulary is built with the first constrained job: keep it out of the timing
         run_engine(engine, jobs(engine, 1, 4, constrained=True), "warm-up")
-        schema = run_engine(engine, jobs(engine, args.rows, args.tokens, constrained=True), "schema")
-        free = run_engine(engine, jobs(engine, args.rows, args.tokens, constrained=False), "free")
+        runs = []
+        for _ in range(args.rounds):  # alternating, so a noisy machine slows both kinds alike
+            runs.append(run_engine(engine, jobs(engine, args.rows, args.tokens, constrained=True), "schema"))
+            runs.append(run_engine(engine, jobs(engine, args.rows, args.tokens, constrained=False), "free"))
     finally:
         engine.close()
     http = []
-    if args.llama_server is not None:
+    if args.llama_server is not None or args.http:
         if args.engine != "llama":
-            parser.error("--llama-server compares GGUF weights: use it with --engine llama")
+            parser.error("over HTTP the benchmark serves a GGUF: use it with --engine llama")
         http = compare_servers(args, args.model or bundled_gguf())
-    section = render([schema, free], http, args)
+    section = render(runs, http, args)
     print(section)
     if args.write_docs:
         print(f"wrote {write_docs(section)}")

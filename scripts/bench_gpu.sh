@@ -53,13 +53,13 @@ http() {
 
 # constrained decoding (issue 16): 16 rows under a JSON Schema vs free rows, both engines, and
 # llama-server's constrained rows on the same GGUF (LLAMA_SERVER: the binary ../shared/peers/llama-server.sh
-# builds there with `cuda`)
+# builds there with `cuda`); ROUNDS: schema / free runs alternating (default 2); LLAMA_ONLY=1 skips MLX
 constrained() {
   [ -f "$MODELS/qwen3-0.6b.gguf" ] || models
-  "$PY" scripts/bench_constrained.py --engine llama --model "$MODELS/qwen3-0.6b.gguf" --rows 16 \
+  "$PY" scripts/bench_constrained.py --engine llama --model "$MODELS/qwen3-0.6b.gguf" --rows 16 --http --rounds "${ROUNDS:-2}" \
     ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} 2>&1 | grep -v ' INFO httpx' | tee "$RESULTS/constrained-llama.md"
-  "$PY" scripts/bench_constrained.py --engine mlx --model "$MODELS/qwen3-0.6b" --rows 16 \
-    2>&1 | tee "$RESULTS/constrained-mlx.md"
+  [ -n "${LLAMA_ONLY:-}" ] || "$PY" scripts/bench_constrained.py --engine mlx --model "$MODELS/qwen3-0.6b" \
+    --rows 16 --rounds "${ROUNDS:-2}" 2>&1 | tee "$RESULTS/constrained-mlx.md"
 }
 
 case "${1:-all}" in

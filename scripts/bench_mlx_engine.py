@@ -3,12 +3,18 @@
     python scripts/bench_mlx_engine.py            # qwen3-0.6b and qwen3.5-0.8b shapes, 1/4/16/64 rows
     python scripts/bench_mlx_engine.py --tiny     # seconds on a CPU: a smoke test of the script
     python scripts/bench_mlx_engine.py --sizes qwen3-0.6b --rows 64 --tokens 256 --json out.json
+    python scripts/bench_mlx_engine.py --engines kinfer --rows 1,64,256 --breakdown   # where a step goes
 
 Random bf16 weights in the real models' shapes (tok/s does not depend on the values), a word-level
 tokenizer over the whole vocabulary, 128-token prompts (different per row), 256 tokens per reply with
 EOS ignored. Decode tok/s counts the tokens generated once every row is generating, over that window;
 "all started" is the time from submitting the prompts to every row's first token (the batch's
 prefill). Peak memory is MLX's peak for the run.
+
+--breakdown (kinfer only) adds the mean host milliseconds per decode step over the same window, by
+phase (kinfer/engines/mlx/step_timer.py): build (Python building the lazy graph), launch (inside
+mx.async_eval: MLX encoding and launching it), wait (the host waiting on the device for the previous
+step's tokens), other (bookkeeping, stop checks, detokenizing); they add up to the step's total.
 """
 
 from __future__ import annotations
@@ -137,14 +143,26 @@ def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list
     return [[rng.randrange(vocab) for _ in range(length)] for _ in range(rows)]
 
 
-def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int) -> dict:
+def bench_kinfer(
+    path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False, precompiled: bool = False
+) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
+    from kinfer.engines.mlx.step_timer import StepTimer
     from kinfer.protocol import Sampling
 
     rows = len(prompts)
     ctx = len(prompts[0]) + tokens + 8
-    engine = MlxEngine(path, name="bench", rows=rows, ctx=ctx, prefix_cache=False, prefill_chunk=2048)
+    engine = MlxEngine(
+        path,
+        name="bench",
+        rows=rows,
+        ctx=ctx,
+        prefix_cache=False,
+        prefill_chunk=2048,
+        precompiled_kernels=precompiled,
+    )
+    timer = StepTimer()
 
     def run(max_tokens: int) -> tuple[float, int, float]:
         submitted = time.perf_counter()
@@ -164,15 +182,29 @@ def bench_kinfer(path: Path, prompts: list[list[int]], tokens: int) -> dict:
                     started.add(u.job_id)
             if t0 is None and len(started) == rows:
                 t0 = time.perf_counter()
+                timer.clear()  # the breakdown covers the decode window only
         end = time.perf_counter()
         return end - (t0 or end), counted, (t0 or end) - submitted
 
     run(8)  # warm-up: kernels compiled, pools allocated
     mx.reset_peak_memory()
+    if breakdown:
+        engine.step_timer = timer
     seconds, counted, first = run(tokens)
     peak = mx.get_peak_memory()
     engine.close()
-    return {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak, "all_started_s": first}
+    result = {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak, "all_started_s": first}
+    if breakdown:
+        result["breakdown_ms"] = timer.mean_ms()
+        result["decode_s"] = seconds
+    return result
+
+
+def breakdown_line(cells: dict[str, float]) -> str:
+    """One row count's mean ms per decode step, by phase."""
+    return "  ".join(f"{key} {cells[key]:.3f}" for key in ("build", "launch", "wait", "other", "total")) + (
+        f"  ms/step over {int(cells['steps'])} steps"
+    )
 
 
 def bench_mlx_lm(path: Path, prompts: list[list[int]], tokens: int) -> dict:
@@ -231,6 +263,16 @@ def main() -> int:
     parser.add_argument("--engines", default="kinfer,mlx-lm", help="which to run: kinfer, mlx-lm")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument(
+        "--precompiled-kernels",
+        action="store_true",
+        help="kinfer on CUDA: its kernels compiled once, launched precompiled (default: mx.fast.cuda_kernel)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="kinfer: mean host ms per decode step by phase (build/launch/wait/other)",
+    )
+    parser.add_argument(
         "--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test"
     )
     parser.add_argument("--workdir", type=Path, help="keep the model directories here (default: a temp dir)")
@@ -249,6 +291,7 @@ def main() -> int:
         "dtype": args.dtype,
         "prompt": args.prompt,
         "tokens": args.tokens,
+        "kinfer_kernels": "precompiled" if args.precompiled_kernels else "jit",
         "runs": [],
     }
     print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
@@ -264,8 +307,12 @@ def main() -> int:
                 prompts = make_prompts(rows, args.prompt, vocab)
                 row = {"size": size, "rows": rows}
                 for engine in engines:
-                    bench = bench_kinfer if engine == "kinfer" else bench_mlx_lm
-                    row[engine] = bench(path, prompts, args.tokens)
+                    if engine == "kinfer":
+                        row[engine] = bench_kinfer(
+                            path, prompts, args.tokens, args.breakdown, precompiled=args.precompiled_kernels
+                        )
+                    else:
+                        row[engine] = bench_mlx_lm(path, prompts, args.tokens)
                 results["runs"].append(row)
                 cells = "  ".join(
                     f"{e} {row[e]['tok_s']:8.1f} tok/s (peak {row[e]['peak_bytes'] / 2**30:.2f} GiB,"
@@ -276,6 +323,10 @@ def main() -> int:
                 if "kinfer" in row and "mlx-lm" in row and row["mlx-lm"]["tok_s"]:
                     ratio = f"  x{row['kinfer']['tok_s'] / row['mlx-lm']['tok_s']:.2f}"
                 print(f"{size:14s} rows {rows:3d}  {cells}{ratio}", flush=True)
+                if "breakdown_ms" in row.get("kinfer", {}):
+                    print(
+                        f"{'':14s} kinfer step: {breakdown_line(row['kinfer']['breakdown_ms'])}", flush=True
+                    )
     print()
     print("| model | rows | " + " | ".join(f"{e} tok/s" for e in engines) + " | kinfer / mlx-lm |")
     print("|---|---|" + "---|" * len(engines) + "---|")
@@ -287,6 +338,14 @@ def main() -> int:
         )
         cells = " | ".join(f"{row[e]['tok_s']:.1f}" for e in engines)
         print(f"| {row['size']} | {row['rows']} | {cells} | {ratio} |")
+    if args.breakdown and "kinfer" in engines:
+        print()
+        print("| model | rows | build ms | launch ms | wait ms | other ms | step ms | steps |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for row in results["runs"]:
+            b = row["kinfer"]["breakdown_ms"]
+            cells = " | ".join(f"{b[k]:.3f}" for k in ("build", "launch", "wait", "other", "total"))
+            print(f"| {row['size']} | {row['rows']} | {cells} | {int(b['steps'])} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

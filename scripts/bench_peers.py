@@ -9,6 +9,9 @@ Targets (`--targets`, default all whose weights are known):
   mlx-lm         mlx_lm.server on the HF folder
   kinfer-mlx     kinfer --headless on the HF folder (MLX engine)
   kinfer-llama-f32  kinfer --headless on the F32 GGUF of the same conversion (not by default)
+  llama-server   llama.cpp's own C++ server on the GGUF (`--llama-server PATH`; not by default)
+
+`--rounds N` runs the targets N times in turn (ABAB), each labelled with its round.
 
 Without --mlx-dir the MLX targets run on an f32 conversion of the GGUF (dequantized by
 kinfer/testing/smollm_f32.py, cached under ~/.cache/kinfer-tests). Servers run one at a time so they never
@@ -26,12 +29,18 @@ import tempfile
 from pathlib import Path
 
 from kinfer.bench import report
-from kinfer.bench.servers import LaunchedServer, start_kinfer, start_llama_cpp_server, start_mlx_lm_server
+from kinfer.bench.servers import (
+    LaunchedServer,
+    start_kinfer,
+    start_llama_cpp_server,
+    start_llama_server,
+    start_mlx_lm_server,
+)
 from kinfer.bench.sweep import SweepConfig, SweepRun, run_sweep
 from kinfer.engines.llama.sizing import available_threads
 from kinfer.store.bundled import bundled_gguf
 
-TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx", "kinfer-llama-f32")
+TARGETS = ("kinfer-llama", "llama-cpp", "mlx-lm", "kinfer-mlx", "kinfer-llama-f32", "llama-server")
 DEFAULT_TARGETS = TARGETS[:4]
 LABELS = {
     "kinfer-llama": "kinfer llama.cpp",
@@ -39,6 +48,7 @@ LABELS = {
     "llama-cpp": "llama-cpp-python server",
     "mlx-lm": "mlx_lm.server",
     "kinfer-mlx": "kinfer MLX",
+    "llama-server": "llama-server (C++)",
 }
 
 
@@ -65,9 +75,24 @@ def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
         return start_llama_cpp_server(
             args.gguf, ctx=ctx, threads=args.threads, gpu_layers=gpu_layers, log_dir=logs, label=label
         )
+    if name == "llama-server":
+        if args.llama_server is None:
+            raise SystemExit("the llama-server target needs --llama-server PATH")
+        return start_llama_server(
+            args.llama_server,
+            args.gguf,
+            parallel=rows,
+            ctx=ctx,
+            threads=args.threads,
+            gpu_layers=999 if args.gpu else 0,
+            log_dir=logs,
+            label=label,
+        )
     if name == "mlx-lm":
         return start_mlx_lm_server(args.mlx_dir, concurrency=rows, log_dir=logs, label=label)
-    return start_kinfer(weights=args.mlx_dir, parallel=rows, ctx=ctx, label=label, log_dir=logs)
+    return start_kinfer(
+        weights=args.mlx_dir, parallel=rows, ctx=ctx, label=label, log_dir=logs, extra_args=args.kinfer_args
+    )
 
 
 def main() -> int:
@@ -84,13 +109,25 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-level", type=int)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for llama.cpp (default: all)")
+    parser.add_argument(
+        "--kinfer-args",
+        default="",
+        help="more arguments for the kinfer MLX server, space separated, e.g. '--step-budget-ms 50'",
+    )
     parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
+    parser.add_argument(
+        "--llama-server", type=Path, help="llama.cpp's C++ llama-server binary (target llama-server)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run the targets this many times, in turn (ABAB)"
+    )
     parser.add_argument("--label-suffix", default="", help="appended to every label, e.g. ' (qwen3-0.6b)'")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown here")
     args = parser.parse_args()
     args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
     args.threads = args.threads or available_threads()
+    args.kinfer_args = tuple(args.kinfer_args.split())
     args.gguf = args.gguf or bundled_gguf()
     names = [t for t in args.targets.split(",") if t]
     unknown = set(names) - set(TARGETS)
@@ -112,8 +149,9 @@ def main() -> int:
     print(f"machine: {report.machine_line()}", flush=True)
     print(f"gguf: {args.gguf}\nmlx: {args.mlx_dir}\nlogs: {logs}", flush=True)
     runs: list[SweepRun] = []
-    for name in names:
-        LABELS[name] += args.label_suffix
+    base_labels = dict(LABELS)
+    for round_, name in ((r, n) for r in range(1, args.rounds + 1) for n in names):
+        LABELS[name] = base_labels[name] + args.label_suffix + (f" #{round_}" if args.rounds > 1 else "")
         try:
             with start(name, args, logs) as server:
 

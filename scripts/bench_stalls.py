@@ -2,10 +2,13 @@
 
     .venv/bin/python scripts/bench_stalls.py --tree before=/work/main --tree after=. --threads 1
     .venv/bin/python scripts/bench_stalls.py --tree after=. --prompt-tokens 500 --rounds 1   # a smoke run
+    python3 scripts/bench_stalls.py --tree after=. --weights MODEL_DIR --rows 16 --prompt-tokens 50000 \
+        --ctx 65536 --threads 0   # the H200 check (an MLX directory, or a GGUF)
 
 For each tree (alternating, ABAB over `--rounds`): start `kinfer --headless` from that tree on the
-bundled SmolLM2, start `--rows` streaming chats (end of turn ignored), and once each has streamed
-`--warm-tokens` tokens, send one request with a `--prompt-tokens` prompt. Reported per run, from the
+bundled SmolLM2 (or `--weights`: a GGUF or a model directory), start `--rows` streaming chats (end of
+turn ignored), and once each has streamed `--warm-tokens` tokens, send one request with a
+`--prompt-tokens` prompt. Reported per run, from the
 client's arrival time of each streamed chunk:
 
 - the running rows' largest gap between two chunks from the long prompt's arrival until one second
@@ -141,12 +144,14 @@ def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: Prompt
 
 
 def run_tree(label: str, tree: Path, args: argparse.Namespace, sizer: PromptSizer | None, seed: int):
-    env = {"PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}  # this tree's kinfer, not the cwd's
+    # this tree's kinfer, not the cwd's; what PYTHONPATH held (a GPU machine's staged packages) after it
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    env["PYTHONSAFEPATH"] = "1"
     logs = Path(tempfile.mkdtemp(prefix=f"kinfer-stalls-{label}-"))
     extra = ["--step-budget-ms", str(args.step_budget_ms)] if args.step_budget_ms is not None else []
     load_before = os.getloadavg()
     with start_kinfer(
-        weights=bundled_gguf(),
+        weights=args.weights or bundled_gguf(),
         parallel=args.rows + 1,
         ctx=args.ctx,
         threads=args.threads,
@@ -167,6 +172,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tree", action="append", default=[], help="label=path of a kinfer source tree")
+    parser.add_argument("--weights", type=Path, help="a GGUF or model directory (default: bundled SmolLM2)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rows", type=int, default=2)
     parser.add_argument("--prompt-tokens", type=int, default=3000)
@@ -199,7 +205,11 @@ def main() -> int:
         },
         "started": started,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("tree", "json")},
+        "settings": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in vars(args).items()
+            if k not in ("tree", "json")
+        },
         "runs": runs,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

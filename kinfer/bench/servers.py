@@ -35,8 +35,8 @@ from kinfer.bench.clients import Dialect, Target
 
 log = logging.getLogger(__name__)
 
-ServerKind = Literal["kinfer", "llama-cpp-server", "mlx-lm-server"]
-SERVER_KINDS: tuple[ServerKind, ...] = ("kinfer", "llama-cpp-server", "mlx-lm-server")
+ServerKind = Literal["kinfer", "llama-cpp-server", "mlx-lm-server", "llama-server"]
+SERVER_KINDS: tuple[ServerKind, ...] = ("kinfer", "llama-cpp-server", "mlx-lm-server", "llama-server")
 START_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 20.0
 END_TOKEN_BIAS = -100.0  # logit bias that keeps end-of-turn tokens from ever being drawn
@@ -341,6 +341,39 @@ def start_llama_cpp_server(
     return server
 
 
+def start_llama_server(
+    binary: Path,
+    gguf: Path,
+    *,
+    parallel: int,
+    ctx: int,
+    threads: int = 0,
+    gpu_layers: int = 0,
+    log_dir: Path,
+    label: str = "llama-server",
+    extra_args: Sequence[str] = (),
+) -> LaunchedServer:
+    """llama.cpp's own C++ server (`../shared/peers/llama-server.sh` builds it) on `gguf`: `parallel`
+    slots of `ctx` tokens each; `threads` 0 leaves llama-server's own default."""
+    port = free_port()
+    command = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["-np", str(parallel), "-c", str(parallel * ctx), "-ngl", str(gpu_layers)]
+    if threads:
+        command += ["-t", str(threads), "-tb", str(threads)]
+    server = _spawn(
+        "llama-server",
+        label,
+        [*command, *extra_args],
+        port,
+        dialect="openai",
+        model=None,
+        extra_body=equal_work_body("llama-server", "openai", gguf),
+        log_dir=log_dir,
+    )
+    wait_ready(server, "/health")
+    return server
+
+
 def mlx_lm_server_command(model_dir: Path, port: int, concurrency: int) -> list[str]:
     script = Path(sys.executable).with_name("mlx_lm.server")
     base = [str(script)] if script.exists() else [sys.executable, "-m", "mlx_lm.server"]
@@ -394,6 +427,8 @@ def equal_work_body(kind: ServerKind, dialect: Dialect, weights: Path | None = N
     """
     if kind == "kinfer":
         return {"ignore_eos": True} if dialect in ("openai", "anthropic") else {}
+    if kind == "llama-server":
+        return {"ignore_eos": True}
     if weights is None:
         return {}
     return {"logit_bias": {str(t): END_TOKEN_BIAS for t in end_token_ids(weights)}}

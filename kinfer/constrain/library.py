@@ -8,6 +8,7 @@ pins it. Importing this module therefore loads libllama: the store and `can-run`
 
 from __future__ import annotations
 
+from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
 import llama_cpp  # noqa: F401  isort: skip  (before llguidance, see above)
 from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper  # isort: skip
 from llguidance.numpy import fill_next_token_bitmask  # isort: skip

@@ -84,6 +84,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             self_check=settings.mlx_self_check,
             fused_decode=settings.mlx_fused_decode,
             gated_delta=settings.mlx_gated_delta,
+            precompiled_kernels=settings.mlx_precompiled_kernels,
             fuse_projections=settings.mlx_fuse_projections,
         )
     raise ValueError(f"no engine serves models of format {model.format!r}")

@@ -16,6 +16,27 @@ prompt token costs about what a decode step does (prefill is compute-bound too: 
 the bundled model on one busy core, the longer the prompt the dearer), so a few decode steps' worth
 leaves a long prompt a token or two per step and multiplies its time to first token, while 300 ms
 still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer aims for).
+
+MLX on a CUDA GPU is the exception: there, unless `step_budget_ms` is set, a step prefills up to the
+engine's chunk cap (2,048 prompt tokens, a few decode steps' time for a small model) and learns
+nothing (`timed=False`). Measured on the H200 (qwen3-0.6b shape, 64 prompts of 128 tokens submitted
+at once, `scripts/bench_mlx_engine.py`): with the cap alone every row had its first token after
+1.0 s (2026-11-29); with the learned budget, 55-62 s, and still 21.6 s after the burst changes below,
+against mlx-lm's 0.41 s. MLX dispatches a step before reading the last one back, so its step time
+says little about one pass, and small chunks of every size make many different pass shapes (each a
+new attention plan on MLX's CUDA backend, the likeliest cost; not profiled yet).
+
+A burst of new requests (64 arriving at once beside a few rows already decoding) is many people
+waiting for a first token against few waiting for their next one: while more prompts wait than
+rows decode, the target is multiplied by their ratio, at most BURST_MAX (`burst_factor`), so the gap
+a decoding row sees stays bounded (BURST_MAX targets) and one waiting prompt beside many decoding
+rows (the long-prompt case) keeps the plain target. The MLX engine also measures its chunk's speed
+only from chunks near the size it plans (`StepClock`): a prompt's last few tokens cost a whole
+pass's fixed overhead, which as a per-token speed would shrink the next chunks to a few tokens, and a
+step that took less than its room because no more prompt waited never lowers the base a chunk grows
+from (`took`). Before these, 64 requests of 128 tokens at once waited ~130 steps for a first token
+on the H200 (TTFT p50 3.2 s); a step trace on a CPU showed why: each waiting prompt prefilled in a
+pass of its own, 4-8 tokens a step, one prompt after the other.
 """
 
 from __future__ import annotations
@@ -30,6 +51,7 @@ FIRST_CHUNK = 8  # prompt tokens before anything is measured (then a chunk grows
 MIN_CHUNK = 4  # a prompt advances at least this much per step, however slow the decode pass
 GROWTH = 2.0  # a chunk at most doubles from one step to the next
 SMOOTHING = 0.5  # weight of the newest measurement
+BURST_MAX = 4.0  # while more prompts wait than rows decode, the target grows with their ratio, to this
 
 
 @dataclass
@@ -47,11 +69,14 @@ class PrefillBudget:
     per_token_s: float | None = None  # smoothed seconds per prompt token
     decode_s: float | None = None  # smoothed seconds of a decode pass without prompt chunks
     last_chunk: int = FIRST_CHUNK  # prompt tokens the last step beside decoding rows took
+    timed: bool = True  # False: every step may take the engine's cap (MLX on CUDA, see the module doc)
 
     @classmethod
-    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool) -> PrefillBudget:
-        """The budget of an engine running on a GPU or on the CPU."""
-        return cls(step_ms, max_tokens, AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S)
+    def on(cls, step_ms: float, max_tokens: int, *, gpu: bool, timed: bool = True) -> PrefillBudget:
+        """The budget of an engine running on a GPU or on the CPU. `timed=False`: unless `step_ms` is
+        set, the engine's cap alone (MLX on CUDA)."""
+        floor = AUTO_FLOOR_GPU_S if gpu else AUTO_FLOOR_CPU_S
+        return cls(step_ms, max_tokens, floor, timed=timed or step_ms > 0)
 
     @property
     def target_s(self) -> float:
@@ -60,26 +85,41 @@ class PrefillBudget:
             return self.step_ms / 1000.0
         return max(self.floor_s, AUTO_FACTOR * (self.decode_s or 0.0))
 
-    def room(self, cap: int, decoding: bool, taken: int = 0, spent_s: float | None = None) -> int:
+    def room(
+        self,
+        cap: int,
+        decoding: bool,
+        taken: int = 0,
+        spent_s: float | None = None,
+        burst: float = 1.0,
+    ) -> int:
         """Prompt tokens the step's next chunk may take, at most `cap` (the engine's own limit).
 
         `taken`: prompt tokens this step already took (the first chunk always advances, a later one
         gets only what the budget has left). `spent_s`: time the step already took (llama.cpp times
-        its passes); None: the smoothed decode time stands in (MLX dispatches a step ahead)."""
-        if not decoding:
+        its passes); None: the smoothed decode time stands in (MLX dispatches a step ahead).
+        `burst`: the target's multiple this step (`burst_factor`)."""
+        if not decoding or not self.timed:
             return cap
         if self.per_token_s is None:
             return min(cap, FIRST_CHUNK) if taken == 0 else 0
         spent = spent_s if spent_s is not None else (self.decode_s or 0.0)
-        room = int((self.target_s - spent) / self.per_token_s)
+        room = int((self.target_s * burst - spent) / self.per_token_s)
         if taken == 0:
             room = max(MIN_CHUNK, room)
         room = min(room, max(MIN_CHUNK, int(self.last_chunk * GROWTH)) - taken)
         return max(0, min(cap, room))
 
-    def took(self, tokens: int) -> None:
-        """A step beside decoding rows prefilled `tokens` (the base of the next such step's growth)."""
-        if tokens > 0:
+    def took(self, tokens: int, room: int | None = None) -> None:
+        """A step beside decoding rows prefilled `tokens` of the `room` it had (the base of the next
+        such step's growth). A step that took less than its room because no more prompt waited says
+        nothing about larger chunks, and must not shrink them either: the tail of one prompt would
+        otherwise start the next burst of prompts from a few tokens a step."""
+        if tokens <= 0:
+            return
+        if room is not None and tokens < room:
+            self.last_chunk = max(self.last_chunk, tokens)
+        else:
             self.last_chunk = tokens
 
     def prefilled(self, tokens: int, seconds: float) -> None:
@@ -92,6 +132,16 @@ class PrefillBudget:
         """A decode pass without prompt chunks took `seconds`."""
         if seconds > 0:
             self.decode_s = _smooth(self.decode_s, seconds)
+
+
+def burst_factor(waiting: int, decoding: int) -> float:
+    """The step target's multiple while `waiting` prompts wait beside `decoding` rows: 1 while no more
+    wait than decode, then their ratio, at most BURST_MAX. A burst of new requests is many people
+    waiting for a first token against few waiting for their next one; a longer step for the few
+    brings every first token in sooner, and the gap they see stays bounded (BURST_MAX targets)."""
+    if decoding <= 0:
+        return 1.0
+    return min(BURST_MAX, max(1.0, waiting / decoding))
 
 
 def _smooth(old: float | None, new: float) -> float:
@@ -113,8 +163,9 @@ class StepClock:
         `prefill`: prompt tokens it dispatched beside its own decode pass."""
         if read_back and self._last is not None:
             seconds = now - self._last
-            if self._prefill:
-                self.budget.prefilled(self._prefill, seconds - (self.budget.decode_s or 0.0))
-            else:
+            if not self._prefill:
                 self.budget.decoded(seconds)
+            elif self._prefill * 2 >= self.budget.last_chunk:
+                # not from a prompt's small tail: a pass's fixed cost over a few tokens is no speed
+                self.budget.prefilled(self._prefill, seconds - (self.budget.decode_s or 0.0))
         self._last, self._prefill = now, prefill

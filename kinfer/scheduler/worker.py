@@ -248,14 +248,18 @@ class EngineWorker:
                 continue
             reloads = 0
             if updates:
+                held = []  # finishing updates that wait for their context's token ids
                 for update in updates:
-                    if self._contexts and update.job_id in self._contexts:
-                        self._follow_context(engine, update)
+                    if self._contexts and update.job_id in self._contexts and self._follow_context(update):
+                        held.append(update)
                     if update.finish is not None and update.job_id in self._active:
                         self._active[update.job_id] -= 1
                         if self._active[update.job_id] <= 0:
                             del self._active[update.job_id]
-                self._call_soon(self._callbacks.updates, updates)
+                if held:
+                    updates = [u for u in updates if all(u is not h for h in held)]
+                if updates:
+                    self._call_soon(self._callbacks.updates, updates)
             # stats are read a few times a second (dashboard, /metrics): not every step, but always
             # once the batch drains so an idle model never shows stale busy rows
             now = time.monotonic()
@@ -291,22 +295,34 @@ class EngineWorker:
         if admission.request.return_context:
             self._contexts[admission.job_id] = [admission.prepared.rendered.text]
 
-    def _follow_context(self, engine: Engine, update: JobUpdate) -> None:
-        """Keep the reply's text for a job that wants its context; at the end, tokenize prompt and
-        reply together (as Ollama does) and send the ids ahead of the finishing update."""
+    def _follow_context(self, update: JobUpdate) -> bool:
+        """Keep the reply's text for a job that wants its context. At the end, prompt and reply are
+        tokenized together (as Ollama does) on a thread of their own, not the engine's (a long
+        conversation would stall every row), and the ids are sent ahead of the finishing update, which
+        that thread delivers: True when it took the update over."""
         pieces = self._contexts[update.job_id]
         pieces.append(update.text)
         if update.finish is None:
-            return
+            return False
         del self._contexts[update.job_id]
         if update.finish == "cancelled":
-            return  # nobody is left to read it
+            return False  # nobody is left to read it
+        text = "".join(pieces)
+        threading.Thread(
+            target=self._send_context, args=(update, text), name=f"context:{update.job_id}", daemon=True
+        ).start()
+        return True
+
+    def _send_context(self, finishing: JobUpdate, text: str) -> None:
+        """Tokenize a finished job's context with the engine's tokenizer, then send the ids and the
+        job's finishing update, in that order (a reply without its ids rather than none at all)."""
         try:
-            tokens = engine.tokenize("".join(pieces))
+            with self._lease() as engine:
+                tokens = engine.tokenize(text)
+            self._call_soon(self._callbacks.context, finishing.job_id, tokens)
         except Exception:
-            log.exception("tokenizing the context of %s", update.job_id)
-            return
-        self._call_soon(self._callbacks.context, update.job_id, tokens)
+            log.exception("tokenizing the context of %s", finishing.job_id)
+        self._call_soon(self._callbacks.updates, [finishing])
 
     def _admit(self, engine: Engine) -> None:
         admitted = []

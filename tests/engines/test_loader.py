@@ -48,6 +48,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         assert engine.plan.prefill_chunk == 128  # automatic, on this CPU
         assert fused_parts(engine) == 0  # auto: projections are fused on a GPU only
         assert all(layer.fused_decode for layer in engine._paged)
+        assert not any(layer.precompiled for layer in engine._paged)  # the JIT kernel call by default
     finally:
         engine.close()
 
@@ -59,6 +60,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         mlx_fused_decode=False,
         mlx_gated_delta=False,
         mlx_fuse_projections=True,
+        mlx_precompiled_kernels=True,
     )
     engine = load_engine(model, forced)
     try:
@@ -66,6 +68,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         assert fused_parts(engine) > 0
         assert not any(layer.fused_decode for layer in engine._paged)
         assert engine._gated_delta is False
+        assert all(layer.precompiled for layer in engine._paged) and engine._precompiled is True
     finally:
         engine.close()
 

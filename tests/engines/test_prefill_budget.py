@@ -8,10 +8,12 @@ import pytest
 from kinfer.engines.prefill_budget import (
     AUTO_FLOOR_CPU_S,
     AUTO_FLOOR_GPU_S,
+    BURST_MAX,
     FIRST_CHUNK,
     MIN_CHUNK,
     PrefillBudget,
     StepClock,
+    burst_factor,
 )
 
 
@@ -86,3 +88,47 @@ def test_a_step_clock_charges_a_steps_time_past_its_decode_to_the_prompt_tokens_
     assert budget.per_token_s == pytest.approx((0.1 - 0.02) / 50)
     clock.ended(5.0, read_back=False, prefill=0)  # idle in between: nothing is charged
     assert budget.decode_s == pytest.approx(0.02)
+
+
+def test_a_prompts_small_tail_does_not_start_the_next_burst_from_a_few_tokens():
+    budget = PrefillBudget(step_ms=1000, max_tokens=4096, last_chunk=1024)
+    budget.prefilled(1024, 0.01)  # fast
+    budget.took(3, room=2048)  # only a 3-token tail waited: the step took less than its room
+    assert budget.room(4096, decoding=True, spent_s=0.0) == 2048  # still doubles from 1024
+    budget.took(2048, room=2048)
+    budget.took(100, room=100)  # a step the budget itself cut short does shrink the base
+    assert budget.room(4096, decoding=True, spent_s=0.0) == 200
+
+
+def test_a_step_clock_does_not_plan_by_a_small_tails_pass():
+    budget = PrefillBudget(step_ms=100, max_tokens=2048, last_chunk=512)
+    clock = StepClock(budget)
+    clock.ended(0.0, read_back=False, prefill=0)
+    clock.ended(0.02, read_back=True, prefill=512)
+    clock.ended(0.07, read_back=True, prefill=2)  # 512 tokens in 30 ms past the decode
+    clock.ended(0.10, read_back=True, prefill=0)  # 2 tokens in 10 ms: a pass's fixed cost, no speed
+    assert budget.per_token_s == pytest.approx(0.03 / 512)
+
+
+@pytest.mark.parametrize(
+    ("waiting", "decoding", "factor"),
+    [(1, 16, 1.0), (16, 16, 1.0), (48, 16, 3.0), (63, 1, BURST_MAX), (5, 0, 1.0)],
+)
+def test_a_burst_of_waiting_prompts_stretches_the_step_target_boundedly(waiting, decoding, factor):
+    assert burst_factor(waiting, decoding) == factor
+    budget = PrefillBudget(step_ms=100, max_tokens=1 << 20, last_chunk=1 << 20)
+    budget.prefilled(1000, 0.01)  # 10 us a token
+    room = budget.room(1 << 20, decoding=True, spent_s=0.02, burst=burst_factor(waiting, decoding))
+    assert room == pytest.approx((0.1 * factor - 0.02) / 1e-5, rel=1e-3)
+
+
+def test_an_untimed_budget_takes_the_cap_every_step_unless_a_step_time_is_set():
+    # MLX on CUDA: learned chunks made 64 prompts of 128 tokens wait 21-60 s for a first token on the
+    # H200 where the cap alone took 1 s (prefill_budget.py)
+    untimed = PrefillBudget.on(0, 2048, gpu=True, timed=False)
+    untimed.prefilled(8, 0.01)
+    untimed.decoded(0.01)
+    assert untimed.room(2048, decoding=True) == 2048
+    assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
+    explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins
+    assert explicit.room(2048, decoding=True) == FIRST_CHUNK

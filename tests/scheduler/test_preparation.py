@@ -105,3 +105,24 @@ async def test_a_prompt_prepared_while_its_model_unloads_ends_with_an_error_not_
     with pytest.raises(EngineFailure, match="unloaded"):
         await asyncio.wait_for(stream.collect(), 10)
     await scheduler.close()
+
+
+async def test_ollamas_context_is_tokenized_off_the_engine_thread_and_arrives_with_the_reply():
+    """Ollama's `context` (prompt and reply as token ids) is tokenized when the reply ends: on the engine
+    thread, a long conversation's ids would stall every row; they still arrive before the reply ends."""
+    # the scripted reply reverses the prompt: only the context (prompt + reply) holds "SLOW"
+    scheduler, engines = make_scheduler(engine_options={"slow_tokenize": ("SLOW", 2.0), "step_delay": 0.01})
+    rows = await streaming(scheduler, ["a" * 3000, "b" * 3000])
+    stream = await scheduler.submit(ask("WOLS", return_context=True))
+    before = [row.deltas for row in rows]
+    text, _thinking, _calls, _done = await stream.collect()
+    during = [row.deltas - seen for row, seen in zip(rows, before, strict=True)]
+    assert text == "SLOW" and "".join(map(chr, stream.context or ())).endswith(
+        "WOLS<|im_end|>\n<|im_start|>assistant\nSLOW"
+    )
+    assert not any(name.startswith("engine:") for name in engines[0].tokenize_threads)
+    # ~200 steps of 10 ms fit in those 2 s; tokenized on the engine thread, the rows would get ~5
+    assert min(during) >= 40, during
+    for row in rows:
+        row.task.cancel()
+    await scheduler.close()

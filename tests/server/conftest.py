@@ -31,6 +31,26 @@ def smol_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         mp.undo()
 
 
+@pytest.fixture(scope="module")
+def mlx_server(smollm_f32, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The real server on SmolLM2 in float32 on the MLX engine (the same weights as the bundled GGUF),
+    whatever model name a request gives."""
+    from kinfer.engines.mlx.engine import MlxEngine
+
+    home = tmp_path_factory.mktemp("kinfer-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
+
+    def mlx_engine(model, settings, ctx):
+        return MlxEngine(smollm_f32.hf_dir, name=model.name, rows=4, ctx=1024)
+
+    try:
+        with running_server(server_settings(home), engine_factory=mlx_engine) as server:
+            yield server
+    finally:
+        mp.undo()
+
+
 @pytest.fixture
 def scripted(kinfer_home: Path):
     """`with scripted(reply, template=...) as s:` a real server whose engine writes `reply(prompt)`."""

@@ -9,29 +9,9 @@ import ollama
 import openai
 import pytest
 
-from tests.live_server import running_server, server_settings
-
 pytestmark = pytest.mark.slow
 
 ONE_WORD = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
-
-
-@pytest.fixture(scope="module")
-def mlx_server(smollm_f32, tmp_path_factory: pytest.TempPathFactory):
-    from kinfer.engines.mlx.engine import MlxEngine
-
-    home = tmp_path_factory.mktemp("kinfer-home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
-
-    def mlx_engine(model, settings, ctx):  # whatever the name, the float32 SmolLM2 on MLX
-        return MlxEngine(smollm_f32.hf_dir, name=model.name, rows=4, ctx=512)
-
-    try:
-        with running_server(server_settings(home), engine_factory=mlx_engine) as server:
-            yield server
-    finally:
-        mp.undo()
 
 
 def test_bias_bans_and_forces_and_greedy_logprobs_pick_the_top_token(mlx_server, smollm_f32):

@@ -9,30 +9,10 @@ import httpx
 import openai
 import pytest
 
-from tests.live_server import running_server, server_settings
-
 pytestmark = pytest.mark.slow
 
 STORY = [{"role": "user", "content": "Write one sentence about a fox and a crow."}]
 SEEDED = {"temperature": 1.0, "top_p": 1.0, "seed": 5, "max_tokens": 16}
-
-
-@pytest.fixture(scope="module")
-def mlx_server(smollm_f32, tmp_path_factory: pytest.TempPathFactory):
-    from kinfer.engines.mlx.engine import MlxEngine
-
-    home = tmp_path_factory.mktemp("kinfer-home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
-
-    def mlx_engine(model, settings, ctx):  # whatever the name, the float32 SmolLM2 on MLX
-        return MlxEngine(smollm_f32.hf_dir, name=model.name, rows=4, ctx=1024)
-
-    try:
-        with running_server(server_settings(home), engine_factory=mlx_engine) as server:
-            yield server
-    finally:
-        mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -12,30 +12,11 @@ import jsonschema
 import pytest
 
 from tests.constrain.schemas import PERSON
-from tests.live_server import running_server, server_settings
 from tests.server.structured_helpers import ANSWER, CALL, CALL_FINISH
 
 pytestmark = pytest.mark.slow
 
 REPLIES = int(os.environ.get("KINFER_STRUCTURED_REPLIES_MLX", "1"))
-
-
-@pytest.fixture(scope="module")
-def mlx_server(smollm_f32, tmp_path_factory: pytest.TempPathFactory):
-    from kinfer.engines.mlx.engine import MlxEngine
-
-    home = tmp_path_factory.mktemp("kinfer-home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OLLAMA_MODELS", str(home / "no-ollama"))
-
-    def mlx_engine(model, settings, ctx):  # whatever the name, the float32 SmolLM2 on MLX
-        return MlxEngine(smollm_f32.hf_dir, name=model.name, rows=4, ctx=1024)
-
-    try:
-        with running_server(server_settings(home), engine_factory=mlx_engine) as server:
-            yield server
-    finally:
-        mp.undo()
 
 
 def test_every_dialect_gets_json_valid_against_the_schema(mlx_server):

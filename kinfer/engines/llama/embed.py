@@ -15,8 +15,10 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-import llama_cpp as lib
 import numpy as np
+
+from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
+import llama_cpp as lib  # isort: skip
 
 from kinfer.engines.base import EmbeddingSpec, EngineStats, GenerationJob, JobUpdate, ModelInfo, Pooling
 from kinfer.engines.embedding import EMBED_BATCH_TOKENS, GGUF_POOLING, MAX_EMBED_TOKENS, is_matryoshka

@@ -95,7 +95,8 @@ _GPU_TYPES = (1, 2)  # ggml_backend_dev_type: GPU, IGPU
 def _gpu_memory() -> int:
     """Total memory of ggml's GPU devices (what llama.cpp splits the layers over); 0 if unknown."""
     try:
-        import llama_cpp
+        from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
+        import llama_cpp  # isort: skip
 
         lib = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / _GGML_LIB))
         lib.ggml_backend_dev_count.restype = ctypes.c_size_t

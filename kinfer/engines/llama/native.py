@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp as lib
 import numpy as np
+
+from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
+import llama_cpp as lib  # isort: skip
 
 from kinfer.engines.llama.memory import BufferSizes, parse_buffer_sizes
 from kinfer.errors import EngineFailure

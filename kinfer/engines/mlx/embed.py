@@ -265,15 +265,19 @@ def generative_spec(
 
 
 def embed_generative(model: Any, inputs: list[tuple[int, ...]], budget: int) -> list[np.ndarray]:
-    """Last-token states of a causal mlx-lm model, inputs right-padded into length groups."""
+    """Last-token states of a causal mlx-lm model, inputs right-padded into length groups. Any failure
+    is an `EngineFailure` (the chat rows beside it go on)."""
     inner = backbone(model)
     if inner is None:
         raise EngineFailure("this architecture exposes no backbone to embed with")
     vectors: list[np.ndarray | None] = [None] * len(inputs)
-    for group in length_groups(inputs, budget):
-        ids, lengths = padded([inputs[i] for i in group], 0)
-        states = inner(ids)
-        values = np.array(pool(states, lengths, "last").astype(mx.float32))
-        for row, i in enumerate(group):
-            vectors[i] = values[row]
+    try:
+        for group in length_groups(inputs, budget):
+            ids, lengths = padded([inputs[i] for i in group], 0)
+            states = inner(ids)
+            values = np.array(pool(states, lengths, "last").astype(mx.float32))
+            for row, i in enumerate(group):
+                vectors[i] = values[row]
+    except Exception as exc:
+        raise EngineFailure(f"MLX embedding pass failed: {exc}") from exc
     return [v for v in vectors if v is not None]

@@ -4,7 +4,9 @@ mlx-lm builds the model for the directory's `model_type`; kinfer supplies the ca
 for attention, state.StateView for recurrent layers) and its own step loop:
 
 - every generating row advances in one decode pass; waiting prompts are prefilled in chunks (a token
-  budget per step) in separate passes of the same step, so running replies never stall for long;
+  budget per step, prefill_budget.py) in separate passes of the same step, so running replies never
+  stall for long; the chunks of many prompts share a pass, right-padded to one length on attention-only
+  models (rows.plan_prefill), since every pass costs the host a whole forward pass;
 - sampling happens on the device for all rows at once (sampling.py), and step n+1 is dispatched
   (`mx.async_eval`) before the host reads step n's tokens;
 - a finished row's slot is taken by the next job in place; other rows are untouched;
@@ -25,9 +27,9 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab, MaskTable
-from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo, choice_sampling
+from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, fuse
+from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
@@ -44,12 +46,13 @@ from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, w
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
-from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, plan_prefill
+from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, mask_logits, needs_penalties, sample
 from kinfer.engines.mlx.sizing import plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
+from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
-from kinfer.engines.prefill_budget import PrefillBudget, StepClock
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock, burst_factor
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,9 @@ class MlxEngine(RowBlocks):
     self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
-    gate/up as one matrix product each; None = only on a GPU).
+    gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
+    compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
+    step's host time goes (step_timer.py; the bench installs one).
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class MlxEngine(RowBlocks):
         fused_decode: bool = True,
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
+        precompiled_kernels: bool = False,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
     ) -> None:
@@ -107,8 +113,9 @@ class MlxEngine(RowBlocks):
         self._layers = plan_layers(self._model, directory.model_type)
         self._paged = [layer for layer in self._layers if isinstance(layer, PagedLayer)]
         for layer in self._paged:
-            layer.fused_decode = fused_decode
-        self._gated_delta = gated_delta
+            layer.fused_decode, layer.precompiled = fused_decode, precompiled_kernels
+        self._gated_delta, self._precompiled = gated_delta, precompiled_kernels
+        self.step_timer: NoTimer = NO_TIMER
         recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
         self._budget = device_budget(memory_budget_gb, gpu)
         self._weights = weight_bytes(self._model)
@@ -166,7 +173,9 @@ class MlxEngine(RowBlocks):
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
-        self._clock = StepClock(PrefillBudget.on(step_budget_ms, self.plan.prefill_chunk, gpu=gpu))
+        self._step_prefill = 0  # positions this step's prefill passes compute, padding included
+        chunk, timed = self.plan.prefill_chunk, not kernels.on_cuda_gpu()  # CUDA: the cap (prefill_budget)
+        self._clock = StepClock(PrefillBudget.on(step_budget_ms, chunk, gpu=gpu, timed=timed))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
         self._masks: MaskTable | None = None
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
@@ -186,19 +195,13 @@ class MlxEngine(RowBlocks):
     def tokenize(self, text: str) -> list[int]:
         return self._tokenizer.encode(text)
 
-    def embed_tokenize(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
+    embed_tokenize = tokenize  # a generative model embeds what it would read
 
     def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
         """Last-token states (mlx-lm's backbone, no cache), beside the rows' caches."""
         spec = self.info.embedding
         assert spec is not None
-        try:
-            return embed_generative(self._model, inputs, spec.batch_tokens)
-        except EngineFailure:
-            raise
-        except Exception as exc:
-            raise EngineFailure(f"MLX embedding pass failed: {exc}") from exc
+        return embed_generative(self._model, inputs, spec.batch_tokens)
 
     def detokenize(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens)
@@ -262,17 +265,19 @@ class MlxEngine(RowBlocks):
             self._finished_early.append(JobUpdate(job_id, finish="cancelled", choice=row.choice))
 
     def step(self) -> list[JobUpdate]:
+        self.step_timer.start()
         updates, self._finished_early = self._finished_early, []
-        read_back, prompt = self._inflight is not None, self._counts["prompt"]
+        read_back, self._step_prefill = self._inflight is not None, 0
         try:
             dispatched = self._dispatch(updates)
             if self._inflight is not None:
                 updates.extend(self._collect(self._inflight))
         except Exception as exc:
             raise EngineFailure(f"MLX step failed: {exc}") from exc
-        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._counts["prompt"] - prompt)
+        self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._step_prefill)
         self._inflight = dispatched
         self._counts["steps"] += 1
+        self.step_timer.stop()
         return updates
 
     def stats(self) -> EngineStats:
@@ -310,10 +315,7 @@ class MlxEngine(RowBlocks):
         self._slots = [None] * len(self._slots)
         if self._pool is not None:
             self._pool.clear()
-        self._layers = []
-        self._paged = []
-        self._model = None
-        self._history = None
+        self._layers, self._paged, self._model, self._history = [], [], None, None
         if self._old_wired_limit is not None:
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
@@ -331,14 +333,15 @@ class MlxEngine(RowBlocks):
         decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
-        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding))
-        chunks = plan_prefill(filling, room)
+        burst = burst_factor(len(filling), len(decoding))
+        room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
+        passes = plan_prefill(filling, room, pad=not self.info.recurrent)
+        self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
-            self._clock.budget.took(sum(length * len(group) for length, group in chunks))
-        for length, group in chunks:
-            processed += self._prefill(group, length)
-            for row in group:
-                updates.append(row.progress_update())
+            self._clock.budget.took(self._step_prefill, room)
+        for prefill in passes:
+            processed += self._prefill(prefill)
+            updates.extend(row.progress_update() for row in prefill.rows)
         if decoded is None and processed == 0:
             return None
         outputs = [array for layer in self._layers for array in _arrays(layer)]
@@ -346,7 +349,9 @@ class MlxEngine(RowBlocks):
             outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
+        self.step_timer.lap("build")
         mx.async_eval(outputs)
+        self.step_timer.lap("launch")
         self._counts["last"] = processed
         return decoded
 
@@ -393,7 +398,9 @@ class MlxEngine(RowBlocks):
         computed meanwhile too. A row ended by that read (or by a dead end) keeps its place in the
         batch; its token is dropped."""
         if self._inflight is not None:
+            self.step_timer.lap("build")
             mx.async_eval(logits)
+            self.step_timer.lap("launch")
             updates.extend(self._collect(self._inflight))
             self._inflight = None
         assert self._masks is not None
@@ -403,25 +410,35 @@ class MlxEngine(RowBlocks):
             self._release(row, save=False)
         return logits if words is None else mask_logits(logits, mx.array(words))
 
-    def _prefill(self, rows: list[Row], length: int) -> int:
+    def _prefill(self, prefill: PrefillPass) -> int:
+        """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
+        positions computed."""
+        rows, length = prefill.rows, prefill.length
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
         slots = np.array([r.slot for r in rows])
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
-        inputs = mx.array([list(r.job.prompt[r.fed : r.fed + length]) for r in rows])
+        inputs = mx.array(
+            [
+                [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
+                for r, n in zip(rows, prefill.chunks, strict=True)
+            ]
+        )
         state_rows = mx.array(slots.astype(np.int32))
         self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
-        for row in rows:
-            row.fed += length
+        for row, n in zip(rows, prefill.chunks, strict=True):
+            row.fed += n
             self._batch.set_position(row.slot, row.fed)
-            self._counts["prompt"] += length
+            self._counts["prompt"] += n
             if self._pool is not None and row.fed in row.checkpoints:
                 self._save(row, row.fed)
-        return length * len(rows)
+        return prefill.tokens
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
+        self.step_timer.lap("other")
         values = step.tokens.tolist()
+        self.step_timer.lap("wait")
         records = {}
         if step.logprob_rows is not None and step.logprobs is not None:
             records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
@@ -440,7 +457,7 @@ class MlxEngine(RowBlocks):
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
-        with kinfer_pass(kernel=self._gated_delta):
+        with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
             return self._model(inputs, cache=views)
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
@@ -450,31 +467,6 @@ class MlxEngine(RowBlocks):
             PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, state_rows)
             for layer in self._layers
         ]
-
-    def _fork(self, parent: Row) -> None:
-        """The job's other choices, once all of its prompt but the last token is in `parent`: each
-        takes a free slot sharing the parent's KV blocks (its own copy of a part-filled last one) and
-        recurrent state, then feeds the last prompt token in the same decode pass as the parent."""
-        job = parent.job
-        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
-        states = [layer.snapshot(parent.slot) for layer in recurrent]
-        for choice in range(1, parent.unborn + 1):
-            slot = self._slots.index(None)
-            self._order += 1
-            own = replace(job, sampling=choice_sampling(job.sampling, choice))
-            row = Row(slot, own, self._order, self.plan.ctx, self._tokenizer.piece, choice)
-            if job.constraint is not None:
-                row.grammar = self._grammar_vocab().start(job.constraint)
-            self._slots[slot] = row
-            self._rows[row.key] = row
-            self._share(row, parent.blocks, parent.fed, parent.reused)
-            for layer, snap in zip(recurrent, states, strict=True):
-                layer.restore(slot, snap)
-            if needs_penalties(own.sampling):
-                self._init_history(row)
-        self._held -= parent.unborn
-        parent.unborn = 0
-        self._batch.changed()
 
     def _init_history(self, row: Row) -> None:
         if self._history is None:

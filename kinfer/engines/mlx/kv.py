@@ -24,6 +24,9 @@ from kinfer.engines.mlx.kernels import fused_decode_available, paged_decode_atte
 log = logging.getLogger(__name__)
 
 BLOCK = 64  # tokens per KV block
+# continued prompt chunks of several rows share one attention call while rows x gathered positions
+# stay under this (a transient copy of that many keys and values per layer); longer, a call per row
+GATHER_LIMIT = 1 << 16
 NEG = -1e30  # a finite "minus infinity": a fully masked block must still give finite maxima
 
 
@@ -79,6 +82,7 @@ class PagedLayer:
     def __init__(self, window: int | None = None, *, fused_decode: bool = True) -> None:
         self.window = window  # sliding-window attention: only the last `window` positions are read
         self.fused_decode = fused_decode  # decode with the fused CUDA kernel where it is available
+        self.precompiled = False  # that kernel compiled once and launched precompiled (kernels.py)
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.heads = 0
@@ -277,6 +281,7 @@ class PagedKV:
                 tables,
                 bounds,
                 scale,
+                precompiled=layer.precompiled,
             )
         return self._attend_decode_ops(queries, scale, sinks)
 
@@ -313,6 +318,8 @@ class PagedKV:
         if not layout.starts.any() and (window is None or window >= length):
             # fresh rows: the new keys are the whole context
             return _sdpa(queries, keys, values, scale, "causal", sinks)
+        if layout.batch > 1 and layout.batch * int(layout.starts.max() + length) <= GATHER_LIMIT:
+            return self._attend_prefill_batched(queries, scale, sinks)
         outputs = []
         for i in range(layout.batch):
             start = int(layout.starts[i])
@@ -328,6 +335,28 @@ class PagedKV:
                 mask = "causal"
             outputs.append(_sdpa(queries[i : i + 1], k, v, scale, mask, sinks))
         return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=0)
+
+    def _attend_prefill_batched(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
+        """Continued chunks of several rows in one attention call (a call per row costs the host a
+        kernel launch per row and layer): each row's blocks gathered up to the longest end, a per-row
+        causal mask (and window) over them."""
+        layout, layer = self.layout, self.layer
+        length = layout.length
+        width = int((layout.starts.max() + length + BLOCK - 1) // BLOCK)
+        table = mx.array(layout._table[:, :width].astype(np.int32))  # [B, W]; past a row's end: masked
+
+        def gather(pool: mx.array) -> mx.array:
+            blocks = layer.blocks_view(pool)[table]  # [B, W, heads, BLOCK, dim]
+            batch, _, heads, _, dim = blocks.shape
+            return blocks.transpose(0, 2, 1, 3, 4).reshape(batch, heads, width * BLOCK, dim)
+
+        query_pos = layout.starts[:, None] + np.arange(length)[None, :]  # [B, L]
+        key_pos = np.arange(width * BLOCK)[None, None, :]
+        mask = key_pos <= query_pos[:, :, None]
+        if layer.window is not None:
+            mask &= key_pos > query_pos[:, :, None] - layer.window
+        mask = mx.array(mask[:, None, :, :])  # [B, 1, L, K]
+        return _sdpa(queries, gather(layer.keys), gather(layer.values), scale, mask, sinks)
 
 
 def _contiguous_row(blocks: mx.array, end: int) -> mx.array:

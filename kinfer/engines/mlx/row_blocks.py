@@ -4,15 +4,20 @@ the step loop reads on its own).
 Uses the engine's `_alloc` (BlockAllocator), `_paged` (paged attention layers), `_layers` (with the
 recurrent `StateSlots`), `_pool` (PrefixPool or None), `_batch` (StepBatch tables), `_counts`, `plan` and
 `info`; releasing a row also frees its slot (`_slots`, `_rows`) and any choices it had not
-forked yet (`_held`, `_finished_early`). Whole blocks are shared by reference (the allocator counts
-holders); a part-filled last block is copied, because the row writes into it.
+forked yet (`_held`, `_finished_early`). Forking a job's other choices (`_fork`) takes a free slot
+per choice (`_order`, `_tokenizer`, `_grammar_vocab`, `_init_history`). Whole blocks are shared by
+reference (the allocator counts holders); a part-filled last block is copied, because the row writes
+into it.
 """
 
 from __future__ import annotations
 
-from kinfer.engines.base import JobUpdate
+from dataclasses import replace
+
+from kinfer.engines.base import JobUpdate, choice_sampling
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.rows import Row
+from kinfer.engines.mlx.sampling import needs_penalties
 from kinfer.engines.mlx.state import StateSlots
 from kinfer.errors import EngineFailure
 
@@ -89,3 +94,28 @@ class RowBlocks:
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
+
+    def _fork(self, parent: Row) -> None:
+        """The job's other choices, once all of its prompt but the last token is in `parent`: each
+        takes a free slot sharing the parent's KV blocks (its own copy of a part-filled last one) and
+        recurrent state, then feeds the last prompt token in the same decode pass as the parent."""
+        job = parent.job
+        recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
+        states = [layer.snapshot(parent.slot) for layer in recurrent]
+        for choice in range(1, parent.unborn + 1):
+            slot = self._slots.index(None)
+            self._order += 1
+            own = replace(job, sampling=choice_sampling(job.sampling, choice))
+            row = Row(slot, own, self._order, self.plan.ctx, self._tokenizer.piece, choice)
+            if job.constraint is not None:
+                row.grammar = self._grammar_vocab().start(job.constraint)
+            self._slots[slot] = row
+            self._rows[row.key] = row
+            self._share(row, parent.blocks, parent.fed, parent.reused)
+            for layer, snap in zip(recurrent, states, strict=True):
+                layer.restore(slot, snap)
+            if needs_penalties(own.sampling):
+                self._init_history(row)
+        self._held -= parent.unborn
+        parent.unborn = 0
+        self._batch.changed()

@@ -153,17 +153,54 @@ class Row:
         )
 
 
-def plan_prefill(rows: list[Row], budget: int) -> list[tuple[int, list[Row]]]:
-    """This step's prompt chunks within `budget` tokens, first come first served, grouped by chunk
-    length (one pass each)."""
-    groups: dict[int, list[Row]] = {}
+@dataclass(frozen=True)
+class PrefillPass:
+    """One prefill pass of a step: `rows` each feed their next `chunks[i]` prompt tokens, right-padded
+    to `length` (a padded position's KV is written past the row's prompt and overwritten by its next
+    real token; causal attention keeps the row's own tokens from seeing it)."""
+
+    length: int
+    rows: list[Row]
+    chunks: list[int]
+
+    @property
+    def tokens(self) -> int:
+        """Positions the pass computes, padding included (what the step pays for)."""
+        return self.length * len(self.rows)
+
+
+def plan_prefill(rows: list[Row], budget: int, *, pad: bool) -> list[PrefillPass]:
+    """This step's prompt chunks within `budget` tokens, first come first served.
+
+    Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can.
+    `pad` (attention-only models): a row joins the pass of its chunk's power-of-two bucket, right-padded
+    to the longest chunk there (under 2x its own: a burst of ~equal prompts is one pass); padding
+    counts against the budget. Without `pad` (recurrent state would take in the padding) rows of equal
+    chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own."""
+    # a pass per key: (power-of-two bucket, True) padded, or (chunk, False) unpadded
+    members: dict[tuple[int, bool], list[tuple[Row, int]]] = {}
+    lengths: dict[tuple[int, bool], int] = {}
+    spent = 0
     for row in rows:
-        if budget <= 0:
-            break
-        length = min(row.next_chunk(), budget)
-        budget -= length
-        groups.setdefault(length, []).append(row)
-    return list(groups.items())
+        chunk = row.next_chunk() if members else min(row.next_chunk(), budget)
+        if chunk <= 0:
+            continue
+        key = (1 << (chunk - 1).bit_length(), True) if pad else (chunk, False)
+        length = max(lengths.get(key, 0), chunk)
+        if min(r.ctx - r.fed for r, _ in [*members.get(key, []), (row, 0)]) < length:
+            key, length = (chunk, False), chunk  # no room left in a row to pad it
+        had = len(members.get(key, []))
+        cost = length * (had + 1) - lengths.get(key, 0) * had
+        if members and spent + cost > budget:
+            # the budget's edge: the next row in line takes what is left, unpadded, in a pass of its own
+            chunk = length = cost = min(row.next_chunk(), budget - spent)
+            key = (chunk, False)
+            if chunk <= 0:
+                break
+        spent += cost
+        lengths[key] = length
+        members.setdefault(key, []).append((row, chunk))
+    return [PrefillPass(lengths[k], [r for r, _ in g], [c for _, c in g]) for k, g in members.items()]
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,23 @@ def test_a_kinfer_pass_with_the_kernel_off_stays_on_mlx_lm():
         y, state = wrapper(*args)
     y_ref, state_ref = wrapper.__wrapped__(*args)
     assert mx.array_equal(y, y_ref) and mx.array_equal(state, state_ref)
+
+
+@cuda
+@pytest.mark.parametrize("length", [1, 130])
+def test_the_precompiled_kernel_is_taken_and_agrees_with_the_jit_kernel(length):
+    from mlx_lm.models.gated_delta import compute_g
+
+    from kinfer.engines.mlx import gated_delta
+    from kinfer.engines.mlx.precompiled import outputs_agree
+
+    q, k, v, a, b, a_log, dt_bias, state = _inputs(length=length, hk=16, hv=16)
+    inputs = (q, k, v, compute_g(a_log, a, dt_bias), mx.sigmoid(b), state)
+    call = gated_delta.launch_for(*inputs)
+    binary = gated_delta.resolve_precompiled(call)
+    assert binary is not None, gated_delta._precompiled.disabled
+    got = gated_delta.launch_precompiled(call, binary, inputs)
+    want = gated_delta.launch_jit(call, inputs)
+    assert outputs_agree(list(got), list(want)) is None  # the same bits, or one rounding apart
+    on = gated_delta_kernel(*inputs, precompiled=True)  # --mlx-precompiled-kernels on
+    assert mx.array_equal(on[0], got[0]) and mx.array_equal(on[1], got[1])

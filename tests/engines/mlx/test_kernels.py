@@ -108,3 +108,24 @@ def test_portable_path_matches_dense_attention():
     view, queries, table = _setup(lengths, heads=4, kv_heads=2, dim=16, dtype=mx.float32, window=50)
     portable = np.array(view._attend_decode_ops(queries, 0.25, None))[:, :, 0]
     assert np.abs(portable - _dense(view, queries, table, lengths, 0.25, window=50)).max() < F32_TOLERANCE
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float32])
+def test_the_precompiled_kernel_is_taken_and_agrees_with_the_jit_kernel(dtype):
+    from kinfer.engines.mlx import kernels
+    from kinfer.engines.mlx.precompiled import outputs_agree
+
+    view, queries, _table = _setup([1, 5, 64, 300, 2000], dtype=dtype)
+    layer = view.layer
+    tables, bounds = view.layout.kernel_inputs(layer.window)
+    inputs = (queries.astype(layer.keys.dtype), layer.keys, layer.values, tables, bounds)
+    call = kernels.launch_for(*inputs, layer.heads, BLOCK, 0.1)
+    binary = kernels.resolve_precompiled(call)
+    assert binary is not None, kernels._precompiled.disabled
+    got = kernels.launch_precompiled(call, binary, inputs)
+    want = kernels.launch_jit(call, inputs)
+    assert outputs_agree([got], [want]) is None  # the same body: the same bits, or one rounding apart
+    assert mx.array_equal(view.attend(queries, None, None, scale=0.1), want)  # the default: JIT
+    layer.precompiled = True  # --mlx-precompiled-kernels on
+    assert mx.array_equal(view.attend(queries, None, None, scale=0.1), got)

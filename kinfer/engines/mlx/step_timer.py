@@ -1,0 +1,74 @@
+"""Where an MLX engine step's host time goes, phase by phase (the engine bench's `--breakdown`).
+
+The engine calls `start()` as a step begins, `lap(phase)` as each phase ends (the time since the
+previous lap is that phase's) and `stop()` as the step ends (the time since the last lap is `other`), so
+a step's phases add up to its total. Phases:
+
+- build: Python building the lazy graph (step start -> the outputs handed to `mx.async_eval`)
+- launch: inside `mx.async_eval`: MLX encoding the graph and launching it on the device
+- wait: the host waiting on the device (reading the previous step's tokens back)
+- other: the rest (row bookkeeping, stop checks, detokenizing, updates)
+
+A constrained row's step reads back early (MlxEngine._constrain): its masks and bookkeeping count as
+build. `NO_TIMER`, the engine's default, does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+PHASES = ("build", "launch", "wait", "other")
+
+
+class NoTimer:
+    """The engine's timer when nothing measures it."""
+
+    def start(self) -> None:
+        pass
+
+    def lap(self, phase: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+NO_TIMER = NoTimer()
+
+
+class StepTimer(NoTimer):
+    """Records every step's seconds per phase (and `total`) in `steps`."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+        self._current: dict[str, float] | None = None
+        self._began = self._last = 0.0
+
+    def start(self) -> None:
+        self._current = dict.fromkeys(PHASES, 0.0)
+        self._began = self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self._current is not None:
+            now = time.perf_counter()
+            self._current[phase] += now - self._last
+            self._last = now
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self.lap("other")
+            self._current["total"] = self._last - self._began
+            self.steps.append(self._current)
+            self._current = None
+
+    def clear(self) -> None:
+        self.steps.clear()
+
+    def mean_ms(self) -> dict[str, float]:
+        """Mean milliseconds per step of each phase and the total, and `steps`: how many steps."""
+        count = len(self.steps)
+        means = {
+            key: 1000 * sum(step[key] for step in self.steps) / count if count else 0.0
+            for key in (*PHASES, "total")
+        }
+        return {**means, "steps": float(count)}

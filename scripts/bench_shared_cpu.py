@@ -1,0 +1,185 @@
+"""Does kinfer's llama.cpp decode survive a shared CPU? Quiet vs busy, for OpenMP wait policies.
+
+    .venv/bin/python scripts/bench_shared_cpu.py --policy default --policy ACTIVE --rounds 2
+
+For each policy (alternating, ABAB over `--rounds`): start `kinfer --headless` on the bundled SmolLM2
+with that OpenMP wait policy in its environment (`default`: what kinfer sets by itself; `ACTIVE` /
+`PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`), then at each of `--rows` concurrent
+streaming chats (end of turn ignored) measure the aggregate decode tok/s, first on a quiet machine, then
+with one busy competing process per core (a Python loop the benchmark starts and stops). Decode tok/s:
+the tokens streamed after each reply's first one, over the time from the first of those first tokens to
+the last reply's end.
+
+Read the busy / quiet ratio per policy (goal: >= 50 % at 1 and 4 rows) and each policy's quiet speed
+against the others' (goal: within 10 % of the best). Raw results go to `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from kinfer.bench.report import machine_info
+from kinfer.bench.servers import start_kinfer
+from kinfer.store.bundled import bundled_gguf
+
+PROMPT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+SETTLE_S = 1.0  # burners run this long before the measurement starts
+
+
+def burn() -> None:
+    while True:
+        pass
+
+
+class Burners:
+    """One busy process per core while the block runs."""
+
+    def __enter__(self) -> Burners:
+        self.procs = [multiprocessing.Process(target=burn, daemon=True) for _ in range(os.cpu_count() or 1)]
+        for proc in self.procs:
+            proc.start()
+        time.sleep(SETTLE_S)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.join()
+
+
+def stream_one(url: str, model: str | None, tokens: int, times: list[float]) -> None:
+    body = {
+        "model": model or "",
+        "messages": PROMPT,
+        "max_tokens": tokens,
+        "stream": True,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    with (
+        httpx.Client(timeout=900) as client,
+        client.stream("POST", url + "/v1/chat/completions", json=body) as reply,
+    ):
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                times.append(time.monotonic())
+
+
+def decode_rate(url: str, model: str | None, rows: int, tokens: int) -> dict:
+    """Aggregate decode tok/s of `rows` concurrent replies (chunks after each reply's first)."""
+    times: list[list[float]] = [[] for _ in range(rows)]
+    threads = [threading.Thread(target=stream_one, args=(url, model, tokens, t)) for t in times]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if any(len(t) < 2 for t in times):
+        raise RuntimeError("a reply streamed fewer than two chunks")
+    start = min(t[0] for t in times)
+    end = max(t[-1] for t in times)
+    chunks = sum(len(t) - 1 for t in times)
+    return {
+        "rows": rows,
+        "chunks": chunks,
+        "seconds": round(end - start, 3),
+        "tok_s": round(chunks / (end - start), 2),
+    }
+
+
+def policy_env(policy: str) -> dict[str, str]:
+    if policy == "default":
+        return {}
+    if policy.startswith("spin="):
+        return {"GOMP_SPINCOUNT": policy.removeprefix("spin=")}
+    return {"OMP_WAIT_POLICY": policy}
+
+
+def run_policy(policy: str, args: argparse.Namespace) -> list[dict]:
+    logs = Path(tempfile.mkdtemp(prefix="kinfer-shared-cpu-"))
+    env = policy_env(policy)
+    results = []
+    with start_kinfer(
+        weights=bundled_gguf(),
+        parallel=max(args.rows),
+        ctx=2048,
+        threads=args.threads,
+        log_dir=logs,
+        env=env,
+        label=policy,
+    ) as server:
+        url, model = server.target.url, server.target.model
+        decode_rate(url, model, 1, 8)  # warm-up
+        for rows in args.rows:
+            quiet = decode_rate(url, model, rows, args.tokens)
+            with Burners():
+                busy = decode_rate(url, model, rows, args.tokens)
+            ratio = round(busy["tok_s"] / quiet["tok_s"], 3)
+            result = {
+                "policy": policy,
+                "env": env,
+                "rows": rows,
+                "quiet": quiet,
+                "busy": busy,
+                "busy_over_quiet": ratio,
+            }
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policy", action="append", default=[], help="default, ACTIVE, PASSIVE or spin=N")
+    parser.add_argument("--rows", default="1,4", help="comma separated concurrent replies")
+    parser.add_argument("--tokens", type=int, default=64, help="max_tokens of each reply")
+    parser.add_argument("--threads", type=int, default=0, help="kinfer --threads (0: its default)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=Path("docs/benchmarks/shared-cpu.json"))
+    args = parser.parse_args()
+    args.rows = [int(r) for r in args.rows.split(",")]
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    policies = args.policy or ["default", "ACTIVE"]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    runs = []
+    for _ in range(args.rounds):
+        for policy in policies:
+            runs.extend(run_policy(policy, args))
+    report = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine_info(),
+        "started": started,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "settings": {"rows": args.rows, "tokens": args.tokens, "threads": args.threads},
+        "runs": runs,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print("| policy | rows | quiet tok/s | busy tok/s | busy / quiet |")
+    print("|---|---:|---:|---:|---:|")
+    for run in runs:
+        print(
+            f"| {run['policy']} | {run['rows']} | {run['quiet']['tok_s']} | {run['busy']['tok_s']} "
+            f"| {run['busy_over_quiet']:.0%} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
