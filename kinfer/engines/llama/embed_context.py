@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ctypes
 
-import llama_cpp as lib
 import numpy as np
+
+from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
+import llama_cpp as lib  # isort: skip
 
 from kinfer.engines.base import Pooling
 from kinfer.engines.llama import native
