@@ -83,6 +83,12 @@ class Settings:
         group=ENGINE,
     )
     threads: int = _setting(0, "llama.cpp: CPU threads (0: the cores available)", group=ENGINE)
+    embed_contexts: int = _setting(
+        0,
+        "llama.cpp on a CPU: embedding contexts decoding passes in parallel, sharing --threads "
+        "(0: one per thread)",
+        group=ENGINE,
+    )
     gpu_layers: int = _setting(-1, "llama.cpp: layers offloaded to a GPU (-1: all, 0: none)", group=ENGINE)
     step_tokens: int = _setting(
         0, "llama.cpp: tokens per forward pass, replies first, then prompt chunks (0: 2048)", group=ENGINE

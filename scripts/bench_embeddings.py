@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         for n in range(args.rounds):
             for name, (server, model) in servers.items():  # A B, A B, ...
+                load = os.getloadavg()[0]  # the machine's load as the round starts (others' jobs too)
                 cpu = cpu_seconds(server.pid)
                 seconds, tokens, got = asyncio.run(run_round(server.target.url, model, batches))
                 cpu = cpu_seconds(server.pid) - cpu
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                         "inputs_per_second": round(len(got) / seconds, 2),
                         "server_cpu_seconds": round(cpu, 2),
                         "inputs_per_cpu_second": round(len(got) / cpu, 2) if cpu > 0 else None,
+                        "load_1m": round(load, 2),
                     }
                 )
                 print(f"round {n} {name}: {len(got) / seconds:.1f} inputs/s", file=sys.stderr, flush=True)

@@ -172,7 +172,8 @@ class Engine(Protocol):
 
 
 class Embedder(Protocol):
-    """An engine that embeds (`info.embedding` is set). Called from the engine's own thread."""
+    """An engine that embeds (`info.embedding` is set). `embed` is called from the engine's own
+    thread, `embed_tokenize` from preparation threads (it must only read the vocabulary)."""
 
     info: ModelInfo
 

@@ -45,6 +45,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
                 ctx=row_ctx,
                 threads=settings.threads,
                 gpu_layers=settings.gpu_layers,
+                contexts=settings.embed_contexts,
             )
 
         return LlamaEngine(

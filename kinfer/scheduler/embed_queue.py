@@ -1,5 +1,5 @@
-"""Embedding work on the engine thread: tokenize each request's inputs, then embed inputs of every
-waiting request together, one bounded pass per turn of the engine loop (between chat steps), so an
+"""Embedding work on the engine thread: embed the (already tokenized) inputs of every waiting request
+together, one bounded pass per turn of the engine loop (between chat steps), so an
 embedding never waits for a chat reply to finish and a large request never stalls the chat rows.
 """
 
@@ -15,8 +15,7 @@ from typing import cast
 import numpy as np
 
 from kinfer.engines.base import Embedder, Engine
-from kinfer.engines.embedding import fit_input
-from kinfer.errors import EngineFailure, InvalidRequest, KinferError
+from kinfer.errors import EngineFailure, KinferError
 from kinfer.scheduler.jobs import EmbedWork
 
 log = logging.getLogger(__name__)
@@ -46,43 +45,9 @@ class EmbedQueue:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    def prepare(self, engine: Engine, work: EmbedWork) -> None:
-        """Tokenize and fit the request's inputs (on this thread: the engine owns the tokenizer)."""
-        try:
-            self._jobs.append(self._tokenize(engine, work))
-        except Exception as exc:
-            error = exc if isinstance(exc, KinferError) else EngineFailure(f"could not tokenize: {exc}")
-            _settle(work.reply, error=error)
-
-    @staticmethod
-    def _tokenize(engine: Engine, work: EmbedWork) -> _EmbedJob:
-        spec = engine.info.embedding
-        if spec is None or not hasattr(engine, "embed"):
-            raise InvalidRequest(f"{engine.info.name} cannot embed: its engine has no embedding path")
-        embedder = cast(Embedder, engine)
-        request = work.request
-        inputs = []
-        for index, item in enumerate(request.inputs):
-            if isinstance(item, str):
-                if len(item) > spec.max_tokens * 64 and not request.truncate:
-                    raise InvalidRequest(
-                        f"input {index} is far longer than the model's {spec.max_tokens} tokens"
-                    )
-                # a text far beyond the context is cut before tokenizing (no tokenizer averages more
-                # than 64 characters per token), so a huge input never holds the engine thread
-                text = item[: spec.max_tokens * 64]
-                tokens = embedder.embed_tokenize(text)
-            else:
-                tokens = list(item)
-                if any(t < 0 or t >= spec.vocab_size for t in tokens):
-                    raise InvalidRequest(
-                        f"input {index} holds token ids outside the vocabulary (0..{spec.vocab_size - 1})"
-                    )
-            fitted = fit_input(
-                tokens, spec.max_tokens, truncate=request.truncate, appends_eos=spec.appends_eos, index=index
-            )
-            inputs.append(tuple(fitted))
-        return _EmbedJob(work, inputs, [None] * len(inputs))
+    def add(self, work: EmbedWork) -> None:
+        """Queue a request whose inputs were tokenized in its own task (`embed_prepare`)."""
+        self._jobs.append(_EmbedJob(work, list(work.inputs), [None] * len(work.inputs)))
 
     def run_pass(self, engine: Engine) -> None:
         """Embed the next inputs (up to the engine's token budget) in shared forward passes."""

@@ -24,7 +24,7 @@ class EmbedTicket:
         self.created = time.monotonic()
         self.inputs = len(request.inputs)
         self.inputs_done = 0
-        self.prompt_tokens = 0  # known once the engine thread has tokenized every input
+        self.prompt_tokens = 0  # known once every input is tokenized
         self.prompt_processed = 0
         self.dimensions = 0
         self.load_seconds = 0.0

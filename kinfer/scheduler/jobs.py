@@ -34,11 +34,13 @@ class Admission:
 
 @dataclass(frozen=True)
 class EmbedWork:
-    """Embed every input of one request; `reply` gets (vectors, tokens per input) or the error.
-    `progress(inputs_done, tokens_done)` is called on the event loop after each pass that advanced it."""
+    """Embed every input of one request (`inputs`: their token ids, tokenized in the request's task);
+    `reply` gets (vectors, tokens per input) or the error. `progress(inputs_done, tokens_done)` is
+    called on the event loop after each pass that advanced it."""
 
     request: EmbedRequest
     job_id: str
+    inputs: tuple[tuple[int, ...], ...]
     reply: Future  # concurrent.futures.Future[tuple[list[np.ndarray], list[int]]]
     progress: Callable[[int, int], None]
 

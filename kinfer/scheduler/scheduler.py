@@ -205,8 +205,9 @@ class Scheduler:
         return prepared.prompt_tokens
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
-        """Embed every input of `request` on the model's engine thread, batched with the other
-        embedding requests of the same model and interleaved with its chat steps."""
+        """Embed every input of `request`: tokenized here (on the preparation pool), embedded on the
+        model's engine thread, batched with the other embedding requests of the same model and
+        interleaved with its chat steps."""
         self._refuse_when_draining()
         model = self._resolve(request.model or None)
         if self.queue_depth() + len(self._embeds) >= self.settings.max_queue:
@@ -234,8 +235,12 @@ class Scheduler:
         if request.keep_alive is not None:
             loaded.keep_alive = request.keep_alive
         reply: Future[tuple[list, list[int]]] = Future()
-        loaded.worker.send(EmbedWork(request, job_id, reply, ticket.on_progress))
         try:
+            # tokenized in this request's task: the engine thread only decodes
+            loop = asyncio.get_running_loop()
+            inputs = await loop.run_in_executor(self._prepare_pool, loaded.worker.prepare_embed, request)
+            ticket.prompt_tokens = sum(len(i) for i in inputs)
+            loaded.worker.send(EmbedWork(request, job_id, inputs, reply, ticket.on_progress))
             vectors, tokens = await asyncio.wrap_future(reply)
             finished = tuple(
                 finish_vector(v, normalize=request.normalize, dimensions=request.dimensions) for v in vectors

@@ -18,9 +18,11 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kinfer.embedding import EmbedRequest
 from kinfer.engines.base import Engine, EngineStats, JobUpdate, ModelInfo
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest
+from kinfer.scheduler.embed_prepare import EmbedInputs, tokenize_inputs
 from kinfer.scheduler.embed_queue import EmbedQueue
 from kinfer.scheduler.jobs import Admission, Cancel, Command, EmbedWork, PreparedJob, Shutdown
 from kinfer.scheduler.prepare import prepare_job
@@ -113,6 +115,19 @@ class EngineWorker:
             except Exception as exc:
                 log.info("%s: preparing the prompt failed: %s: %s", job_id, type(exc).__name__, exc)
                 raise InvalidRequest(f"could not prepare the prompt: {type(exc).__name__}: {exc}") from exc
+
+    def prepare_embed(self, request: EmbedRequest) -> EmbedInputs:
+        """Tokenize and fit an embedding request's inputs on the caller's thread (as `prepare`)."""
+        with self._lease() as engine:
+            try:
+                return tokenize_inputs(engine, request)
+            except KinferError:
+                raise
+            except Exception as exc:
+                log.info(
+                    "%s: tokenizing the inputs failed: %s: %s", request.request_id, type(exc).__name__, exc
+                )
+                raise InvalidRequest(f"could not tokenize the inputs: {type(exc).__name__}: {exc}") from exc
 
     @contextmanager
     def _lease(self) -> Iterator[Engine]:
@@ -267,7 +282,7 @@ class EngineWorker:
             elif isinstance(command, Cancel):
                 self._cancel(engine, command.job_id)
             elif isinstance(command, EmbedWork):
-                self._embeds.prepare(engine, command)
+                self._embeds.add(command)
             try:
                 command = self._inbox.get_nowait()
             except queue.Empty:

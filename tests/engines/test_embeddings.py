@@ -198,11 +198,18 @@ def test_a_generative_mlx_model_embeds_with_its_last_token(tmp_path: Path) -> No
 # ---- the engine thread's queue --------------------------------------------------------------------
 
 
+def embed_work(engine, request, job_id: str, reply, progress=lambda *p: None):
+    """The work the scheduler sends: inputs tokenized in the request's task, as `Scheduler.embed` does."""
+    from kinfer.scheduler.embed_prepare import tokenize_inputs
+    from kinfer.scheduler.jobs import EmbedWork
+
+    return EmbedWork(request, job_id, tokenize_inputs(engine, request), reply, progress)
+
+
 def test_waiting_requests_share_one_pass(bert_llama: LlamaEmbeddingEngine) -> None:
     from concurrent.futures import Future
 
     from kinfer.embedding import EmbedRequest
-    from kinfer.scheduler.jobs import EmbedWork
 
     queue = EmbedQueue(lambda callback, *args: callback(*args))
     replies = []
@@ -210,7 +217,7 @@ def test_waiting_requests_share_one_pass(bert_llama: LlamaEmbeddingEngine) -> No
         reply: Future = Future()
         replies.append(reply)
         request = EmbedRequest(model="tiny-embed", inputs=(text, TEXTS[n + 3]))
-        queue.prepare(bert_llama, EmbedWork(request, f"job-{n}", reply, lambda done, tokens: None))
+        queue.add(embed_work(bert_llama, request, f"job-{n}", reply))
     passes = bert_llama.stats().steps_total
     queue.run_pass(bert_llama)
     assert bert_llama.stats().steps_total == passes + 1 and not queue
@@ -225,14 +232,13 @@ def test_a_request_larger_than_the_pass_budget_is_embedded_over_several_turns(
     from concurrent.futures import Future
 
     from kinfer.embedding import EmbedRequest
-    from kinfer.scheduler.jobs import EmbedWork
 
     progress: list[tuple[int, int]] = []
     queue = EmbedQueue(lambda callback, *args: callback(*args))
     reply: Future = Future()
     # 2048 tokens per pass; 40 inputs of 128 tokens (truncated) take three turns of the engine loop
     request = EmbedRequest(model="tiny-embed", inputs=tuple(" ".join(["row"] * 300) for _ in range(40)))
-    queue.prepare(bert_llama, EmbedWork(request, "big", reply, lambda *p: progress.append(p)))
+    queue.add(embed_work(bert_llama, request, "big", reply, lambda *p: progress.append(p)))
     turns = 0
     while queue:
         queue.run_pass(bert_llama)
@@ -246,14 +252,12 @@ def test_a_request_cancelled_during_its_pass_is_dropped_quietly(bert_llama: Llam
     from concurrent.futures import Future
 
     from kinfer.embedding import EmbedRequest
-    from kinfer.scheduler.jobs import EmbedWork
 
     queue = EmbedQueue(lambda callback, *args: callback(*args))
     gone: Future = Future()
     kept: Future = Future()
     for job_id, reply in (("gone", gone), ("kept", kept)):
-        work = EmbedWork(EmbedRequest(model="tiny-embed", inputs=("hello",)), job_id, reply, lambda *p: None)
-        queue.prepare(bert_llama, work)
+        queue.add(embed_work(bert_llama, EmbedRequest(model="tiny-embed", inputs=("hello",)), job_id, reply))
     gone.cancel()  # the client left; its Cancel has not reached the engine thread yet
     queue.run_pass(bert_llama)
     assert not queue and len(kept.result(timeout=1)[0]) == 1

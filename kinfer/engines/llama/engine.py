@@ -25,7 +25,8 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import choices, native
 from kinfer.engines.llama.chunking import chunk_end
-from kinfer.engines.llama.embed import LlamaEmbedder, embedding_spec, tokenize_special
+from kinfer.engines.llama.embed import embedding_spec, tokenize_special
+from kinfer.engines.llama.embed_context import LlamaEmbedder
 from kinfer.engines.llama.logits import RowLogits
 from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_bytes, llama_account
 from kinfer.engines.llama.prefix import PrefixPool

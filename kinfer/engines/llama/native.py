@@ -461,6 +461,11 @@ def decode(ctx: int, batch: TokenBatch) -> int:
     return int(lib.llama_decode(ctx, batch.raw))
 
 
+def set_threads(ctx: int, threads: int) -> None:
+    """Threads the context's next passes run on (prompt and generation alike)."""
+    lib.llama_set_n_threads(ctx, threads, threads)
+
+
 def free_context(ctx: int) -> None:
     _buffers.pop(ctx, None)
     lib.llama_free(ctx)

@@ -36,6 +36,8 @@ def _probe(first_import: str, env: dict[str, str]) -> list[str]:
         "kinfer.server.app",
         "kinfer.engines.llama.engine",
         "kinfer.engines.llama.embed",
+        "kinfer.engines.llama.embed_context",
+        "kinfer.engines.llama.embed_pool",
         "kinfer.constrain.runtime",
     ],
 )
