@@ -51,6 +51,7 @@ FIRST_CHUNK = 8  # prompt tokens before anything is measured (then a chunk grows
 MIN_CHUNK = 4  # a prompt advances at least this much per step, however slow the decode pass
 GROWTH = 2.0  # a chunk at most doubles from one step to the next
 SMOOTHING = 0.5  # weight of the newest measurement
+NEARLY_FREE_S = 1e-7  # per prompt token, for a step that took no longer than its decode pass alone
 BURST_MAX = 4.0  # while more prompts wait than rows decode, the target grows with their ratio, to this
 
 
@@ -166,6 +167,9 @@ class StepClock:
             if not self._prefill:
                 self.budget.decoded(seconds)
             elif self._prefill * 2 >= self.budget.last_chunk:
-                # not from a prompt's small tail: a pass's fixed cost over a few tokens is no speed
-                self.budget.prefilled(self._prefill, seconds - (self.budget.decode_s or 0.0))
+                # not from a prompt's small tail: a pass's fixed cost over a few tokens is no speed.
+                # A step quicker than the smoothed decode estimate (a noisy machine) still counts, as
+                # nearly free: dropped, the first chunks would stay FIRST_CHUNK until one ran slower
+                spent = seconds - (self.budget.decode_s or 0.0)
+                self.budget.prefilled(self._prefill, max(spent, NEARLY_FREE_S * self._prefill))
         self._last, self._prefill = now, prefill

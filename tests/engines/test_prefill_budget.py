@@ -132,3 +132,13 @@ def test_an_untimed_budget_takes_the_cap_every_step_unless_a_step_time_is_set():
     assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
     explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins
     assert explicit.room(2048, decoding=True) == FIRST_CHUNK
+
+
+def test_a_prefill_step_quicker_than_the_decode_estimate_still_teaches_the_speed():
+    budget = PrefillBudget(step_ms=100, max_tokens=2048)
+    clock = StepClock(budget)
+    clock.ended(0.0, read_back=False, prefill=0)
+    clock.ended(0.05, read_back=True, prefill=FIRST_CHUNK)  # a slow decode-only step: 50 ms
+    clock.ended(0.09, read_back=True, prefill=0)  # the chunk's step took 40 ms: "less than nothing"
+    assert budget.per_token_s is not None and budget.per_token_s < 1e-6
+    assert budget.room(2048, decoding=True) == 2 * FIRST_CHUNK  # grows at once
