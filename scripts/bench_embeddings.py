@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 import psutil
 
-from kinfer.bench.servers import LaunchedServer, _spawn, free_port, start_kinfer, wait_ready
+from kinfer.bench.servers import LaunchedServer, start_kinfer, start_llama_server
 from kinfer.engines.llama.sizing import available_threads
 
 WORDS = (
@@ -131,37 +131,19 @@ async def run_round(url: str, model: str | None, batches: list[list[str]]) -> tu
     return seconds, tokens, vectors
 
 
-def start_llama_server(binary: Path, gguf: Path, args: argparse.Namespace, logs: Path) -> LaunchedServer:
-    port = free_port()
-    command = [
-        str(binary),
-        "-m",
-        str(gguf),
-        "--embeddings",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-np",
-        str(args.concurrency),
-        "-c",
-        str(args.concurrency * max(512, args.tokens * 4)),
-        "-t",
-        str(args.threads),
-        *args.llama_server_args,
-    ]
-    server = _spawn(
-        "llama-server",  # type: ignore[arg-type]
-        "llama-server",
-        command,
-        port,
-        dialect="openai",
-        model=None,
-        extra_body={},
+def start_embedding_llama_server(
+    binary: Path, gguf: Path, args: argparse.Namespace, logs: Path
+) -> LaunchedServer:
+    """llama-server with `--embeddings`, one slot per concurrent request."""
+    return start_llama_server(
+        binary,
+        gguf,
+        parallel=args.concurrency,
+        ctx=max(512, args.tokens * 4),
+        threads=args.threads,
         log_dir=logs,
+        extra_args=["--embeddings", *args.llama_server_args],
     )
-    wait_ready(server, "/health")
-    return server
 
 
 def start_servers(args: argparse.Namespace, logs: Path) -> dict[str, tuple[LaunchedServer, str | None]]:
@@ -169,7 +151,10 @@ def start_servers(args: argparse.Namespace, logs: Path) -> dict[str, tuple[Launc
     kinfer = start_kinfer(weights=args.gguf, threads=args.threads, label="kinfer", log_dir=logs)
     servers["kinfer"] = (kinfer, kinfer.target.model)
     if args.llama_server:
-        servers["llama-server"] = (start_llama_server(args.llama_server, args.gguf, args, logs), None)
+        servers["llama-server"] = (
+            start_embedding_llama_server(args.llama_server, args.gguf, args, logs),
+            None,
+        )
     return servers
 
 
