@@ -7,7 +7,7 @@ a thread that is not running, and decode collapses (measured on a 2-core VM with
 core: 0.8 tok/s at one row instead of 66 quiet). kinfer sets `GOMP_SPINCOUNT=3000`: a thread spins
 briefly (most barriers of a quiet machine are met within it), then sleeps. Measured side by side
 (docs/benchmarks.md "A shared CPU", scripts/bench_shared_cpu.py): quiet, 56-65 tok/s at one row, as
-fast as spinning; busy, 9.6-27.5 (spinning: 0.8-16). `OMP_WAIT_POLICY=PASSIVE` (sleep at once) kept a
+fast as spinning; busy, 9.6-30.6 (spinning: 0.8-16). `OMP_WAIT_POLICY=PASSIVE` (sleep at once) kept a
 steadier busy speed (18-33) but cost a quarter of the quiet one-row speed (45-52), and put kinfer at
 0.63-0.70x llama-server's one-stream tok/s where this keeps 0.84-0.93x.
 
