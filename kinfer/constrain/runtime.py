@@ -27,6 +27,7 @@ from kinfer.errors import InvalidRequest
 log = logging.getLogger(__name__)
 
 COMPILED_GRAMMARS = 64  # compiled grammars kept per engine (an agent's tools compile once)
+SPARSE_WORDS = 64  # a mask with at most this many non-zero words (2,048 tokens) is kept as its ids
 
 
 class GrammarVocab:
@@ -189,13 +190,22 @@ class MaskTable:
 
     `fill` computes masks for the rows given; `prefetch` runs `fill` on a helper thread (for an engine
     whose forward pass releases the GIL) and `wait` joins it. `seconds` counts the CPU time spent.
-    `unpack`: also lay each mask out as one boolean per token (`forbidden`), for an engine that masks
-    logits on the host: that costs more than the mask itself, and is done on the helper thread too."""
+    `unpack`: for an engine that masks logits on the host. A sparse mask (at most SPARSE_WORDS words
+    with a bit set: JSON punctuation, keys, enums, numbers) is kept as the sorted ids it allows, so a
+    greedy draw is one argmax over those logits (`best_allowed`); a dense one (free text inside a
+    string) is laid out as one boolean per token (`forbidden`), which costs more than the mask itself
+    and is done on the helper thread too. A sparse mask is laid out only if `forbidden` asks."""
 
-    def __init__(self, rows: int, vocab: GrammarVocab, *, unpack: bool = False) -> None:
+    def __init__(
+        self, rows: int, vocab: GrammarVocab, *, unpack: bool = False, sparse_words: int = SPARSE_WORDS
+    ) -> None:
         self._vocab = vocab
+        self._sparse_words = sparse_words
         self.words = np.full((rows, (vocab.n_vocab + 31) // 32), -1, dtype=np.int32)
         self._forbidden = np.zeros((rows, vocab.n_vocab), dtype=bool) if unpack else None
+        # per row: the allowed ids of a sparse mask (None: dense), and whether `_forbidden` is current
+        self._sparse: list[np.ndarray | None] = [None] * rows
+        self._laid_out = [False] * rows
         self._thread: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.seconds = 0.0  # CPU time spent computing masks, for stats and benchmarks
@@ -233,14 +243,39 @@ class MaskTable:
             pending.result()
 
     def _unpack(self, slot: int) -> None:
-        if self._forbidden is not None:
-            bits = np.unpackbits((~self.words[slot]).view(np.uint8), bitorder="little")
-            self._forbidden[slot] = bits[: self._vocab.n_vocab].view(bool)
+        if self._forbidden is None:
+            return
+        self._laid_out[slot] = False
+        words = self.words[slot].view(np.uint32)
+        used = np.flatnonzero(words)
+        if len(used) <= self._sparse_words:
+            bits = np.unpackbits(words[used].view(np.uint8), bitorder="little").reshape(len(used), 32)
+            ids = (used[:, None] * 32 + np.arange(32))[bits.view(bool)]
+            self._sparse[slot] = ids[ids < self._vocab.n_vocab]
+        else:
+            self._sparse[slot] = None
+            self._lay_out(slot)
+
+    def _lay_out(self, slot: int) -> None:
+        assert self._forbidden is not None
+        bits = np.unpackbits((~self.words[slot]).view(np.uint8), bitorder="little")
+        self._forbidden[slot] = bits[: self._vocab.n_vocab].view(bool)
+        self._laid_out[slot] = True
 
     def forbidden(self, slot: int) -> np.ndarray:
         """Row `slot`'s mask as one boolean per token, True = forbidden (a table built with `unpack`)."""
         assert self._forbidden is not None
+        if not self._laid_out[slot]:
+            self._lay_out(slot)
         return self._forbidden[slot]
+
+    def best_allowed(self, slot: int, logits: np.ndarray) -> int | None:
+        """The greedy pick under row `slot`'s sparse mask: the first of the largest logits among the
+        tokens it allows. None when the mask is dense (or the table was not built with `unpack`)."""
+        ids = self._sparse[slot] if self._forbidden is not None else None
+        if ids is None or not len(ids):
+            return None
+        return int(ids[int(np.argmax(logits[ids]))])
 
     def allows(self, slot: int, token: int) -> bool:
         """Whether row `slot`'s mask lets `token` come next."""

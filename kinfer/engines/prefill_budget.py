@@ -17,14 +17,18 @@ the bundled model on one busy core, the longer the prompt the dearer), so a few 
 leaves a long prompt a token or two per step and multiplies its time to first token, while 300 ms
 still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer aims for).
 
-MLX on a CUDA GPU is the exception: there, unless `step_budget_ms` is set, a step prefills up to the
-engine's chunk cap (2,048 prompt tokens, a few decode steps' time for a small model) and learns
-nothing (`timed=False`). Measured on the H200 (qwen3-0.6b shape, 64 prompts of 128 tokens submitted
-at once, `scripts/bench_mlx_engine.py`): with the cap alone every row had its first token after
-1.0 s (2026-11-29); with the learned budget, 55-62 s, and still 21.6 s after the burst changes below,
-against mlx-lm's 0.41 s. MLX dispatches a step before reading the last one back, so its step time
-says little about one pass, and small chunks of every size make many different pass shapes (each a
-new attention plan on MLX's CUDA backend, the likeliest cost; not profiled yet).
+MLX on a CUDA GPU is the exception: there, unless `step_budget_ms` is set, a step learns nothing
+(`timed=False`) and prefills a fixed share: with no row decoding, up to the engine's chunk cap (2,048
+prompt tokens, a few decode steps' time for a small model); beside decoding rows, UNTIMED_BESIDE_DECODE
+tokens times the burst factor below (256-1,024), so a long prompt costs each streaming reply a short
+pass per step instead of a 2,048-token one (H200, qwen3.5-0.8b shape, 16 rows decoding, a 50,000-token
+prompt: with the cap, gaps of 0.39 s against a median step of 11 ms). Why not learned: on the H200
+(qwen3-0.6b shape, 64 prompts of 128 tokens submitted at once, `scripts/bench_mlx_engine.py`):
+with the cap alone every row had its first token after 1.0 s (2026-11-29); with the learned budget,
+55-62 s, and still 21.6 s after the burst changes below, against mlx-lm's 0.41 s. MLX dispatches a step
+before reading the last one back, so its step time says little about one pass, and small chunks of every
+size make many different pass shapes (each a new attention plan on MLX's CUDA backend, the likeliest
+cost; not profiled yet).
 
 A burst of new requests (64 arriving at once beside a few rows already decoding) is many people
 waiting for a first token against few waiting for their next one: while more prompts wait than
@@ -53,6 +57,7 @@ GROWTH = 2.0  # a chunk at most doubles from one step to the next
 SMOOTHING = 0.5  # weight of the newest measurement
 NEARLY_FREE_S = 1e-7  # per prompt token, for a step that took no longer than its decode pass alone
 BURST_MAX = 4.0  # while more prompts wait than rows decode, the target grows with their ratio, to this
+UNTIMED_BESIDE_DECODE = 256  # prompt tokens a step takes beside decoding rows when untimed (x burst)
 
 
 @dataclass
@@ -100,8 +105,10 @@ class PrefillBudget:
         gets only what the budget has left). `spent_s`: time the step already took (llama.cpp times
         its passes); None: the smoothed decode time stands in (MLX dispatches a step ahead).
         `burst`: the target's multiple this step (`burst_factor`)."""
-        if not decoding or not self.timed:
+        if not decoding:
             return cap
+        if not self.timed:
+            return max(0, min(cap, int(UNTIMED_BESIDE_DECODE * burst)) - taken)
         if self.per_token_s is None:
             return min(cap, FIRST_CHUNK) if taken == 0 else 0
         spent = spent_s if spent_s is not None else (self.decode_s or 0.0)

@@ -128,3 +128,19 @@ def test_an_unpacked_table_lays_out_the_forbidden_tokens_for_host_side_masking(v
     write(grammar, '{"unit": "')
     masks.fill([(0, grammar)])
     assert set(np.flatnonzero(~masks.forbidden(0))) == {BYTE + ord("c"), BYTE + ord("f")}
+
+
+def test_a_sparse_mask_draws_greedily_among_its_few_tokens_and_a_dense_one_leaves_it_to_the_engine(vocab):
+    masks = MaskTable(2, vocab, unpack=True, sparse_words=4)  # this vocabulary has 9 words
+    answer = vocab.start(Constraint(JSON, "json"))
+    write(answer, '{"unit": "')
+    thinking = vocab.start(Constraint(JSON, "json", start_after="</think>"))  # anything but the end
+    masks.fill([(0, answer), (1, thinking)])
+    logits = np.zeros(vocab.n_vocab, dtype=np.float32)
+    logits[BYTE + ord("x")] = 9.0  # the best token overall is not allowed
+    logits[BYTE + ord("c")] = logits[BYTE + ord("f")] = 2.0  # a tie: the first one wins, as argmax
+    assert masks.best_allowed(0, logits) == BYTE + ord("c")
+    assert masks.best_allowed(1, logits) is None  # dense: the engine checks its own best token first
+    # the sparse row's booleans are laid out only when asked, and say the same
+    assert set(np.flatnonzero(~masks.forbidden(0))) == {BYTE + ord("c"), BYTE + ord("f")}
+    assert np.flatnonzero(masks.forbidden(1)).tolist() == [EOS]

@@ -11,6 +11,7 @@ from kinfer.engines.prefill_budget import (
     BURST_MAX,
     FIRST_CHUNK,
     MIN_CHUNK,
+    UNTIMED_BESIDE_DECODE,
     PrefillBudget,
     StepClock,
     burst_factor,
@@ -122,13 +123,16 @@ def test_a_burst_of_waiting_prompts_stretches_the_step_target_boundedly(waiting,
     assert room == pytest.approx((0.1 * factor - 0.02) / 1e-5, rel=1e-3)
 
 
-def test_an_untimed_budget_takes_the_cap_every_step_unless_a_step_time_is_set():
+def test_an_untimed_budget_takes_a_fixed_share_every_step_unless_a_step_time_is_set():
     # MLX on CUDA: learned chunks made 64 prompts of 128 tokens wait 21-60 s for a first token on the
-    # H200 where the cap alone took 1 s (prefill_budget.py)
+    # H200 where the cap alone took 1 s; beside decoding rows, the cap made 0.39 s gaps (prefill_budget.py)
     untimed = PrefillBudget.on(0, 2048, gpu=True, timed=False)
     untimed.prefilled(8, 0.01)
     untimed.decoded(0.01)
-    assert untimed.room(2048, decoding=True) == 2048
+    assert untimed.room(2048, decoding=False) == 2048  # nobody streams: the whole cap
+    assert untimed.room(2048, decoding=True) == UNTIMED_BESIDE_DECODE  # a long prompt beside streams
+    assert untimed.room(2048, decoding=True, burst=burst_factor(64, 4)) == 4 * UNTIMED_BESIDE_DECODE
+    assert untimed.room(2048, decoding=True, taken=200) == UNTIMED_BESIDE_DECODE - 200
     assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
     explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins
     assert explicit.room(2048, decoding=True) == FIRST_CHUNK

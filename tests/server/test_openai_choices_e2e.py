@@ -137,7 +137,10 @@ def test_disconnecting_mid_stream_frees_every_choice_row(smol_server: LiveServer
     cancelled = outcomes["cancelled"]
     with httpx.stream("POST", smol_server.url + "/v1/chat/completions", json=body, timeout=60) as reply:
         seen = 0
-        for line in reply.iter_lines():
+        # held by name: a line iterator dropped on `break` is finalized at once, and closing it closes
+        # the connection (the server would cancel before the rows are seen busy)
+        lines = reply.iter_lines()
+        for line in lines:
             seen += line.startswith("data: {")
             if seen >= 12:  # the four role chunks and some text: all four rows are decoding
                 break

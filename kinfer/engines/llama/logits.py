@@ -90,6 +90,9 @@ class RowLogits:
         if masks.dead_end(row.seq, grammar):
             return False, None
         if lazy:
+            best = masks.best_allowed(row.seq, logits)  # a sparse mask: an argmax over its few tokens
+            if best is not None:
+                return True, best
             best = int(logits.argmax())
             if masks.allows(row.seq, best):
                 return True, best
