@@ -220,10 +220,23 @@ class RequestStream:
             raise self._queued_error
 
     async def events(self) -> AsyncIterator[Event]:
-        """Every event up to and including the last choice's `Done`, or the `ErrorEvent`."""
+        """Every event up to and including the last choice's `Done`, or the `ErrorEvent`.
+
+        Text that queued up while the client's task was behind (hundreds of streams on one event loop)
+        goes out as one delta per choice and kind: a chunk per token would cost the loop the same
+        again for every token it is already late with, and the delay would only grow."""
         ended = 0
+        held: Event | None = None
         while True:
-            event = await self._events.get()
+            event, held = (held, None) if held is not None else (await self._events.get(), None)
+            while isinstance(event, Delta) and not self._events.empty():
+                following = self._events.get_nowait()
+                if not _joins(event, following):
+                    held = following
+                    break
+                event = Delta(
+                    event.text + following.text, event.kind, event.choice, event.logprobs + following.logprobs
+                )
             yield event
             if isinstance(event, Done):
                 ended += 1
@@ -308,3 +321,7 @@ class RequestStream:
             tail=self._tail,
             finish=self.finish,
         )
+
+
+def _joins(event: Delta, following: Event) -> bool:
+    return isinstance(following, Delta) and (following.choice, following.kind) == (event.choice, event.kind)

@@ -290,3 +290,17 @@ async def test_a_row_the_engine_ends_with_a_reason_fails_its_request_with_that_r
     assert isinstance(events[-1], ErrorEvent) and isinstance(events[-1].error, EngineFailure)
     assert "grammar allows no next token" in str(events[-1].error)
     assert stream.finish == "error"
+
+
+async def test_text_that_queued_while_the_client_was_behind_goes_out_as_one_delta():
+    # hundreds of streams on one event loop: a client's task that is late sends what queued at once
+    scheduler, _ = make_scheduler()
+    stream = await scheduler.submit(ask("hello there"))
+    for _ in range(500):
+        if stream.finish is not None:
+            break
+        await asyncio.sleep(0.01)
+    events = [e async for e in stream.events()]
+    assert [type(e) for e in events] == [Delta, Done]
+    assert events[0].text == "ereht olleh"
+    await scheduler.close()
