@@ -32,6 +32,7 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
+from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -69,7 +70,8 @@ class MlxEngine(RowBlocks):
     falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
     kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
     gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
-    compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
+    compiled once and launched precompiled; off: it did not pay on the H200), compiled_step (the decode
+    pass of llama-style models as a few mx.compile'd functions, compiled_step.py). `step_timer`: where each
     step's host time goes (step_timer.py; the bench installs one). group: serve this rank's
     tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
     size: rows, context and pool decided elsewhere (by a distributed rank 0, so every rank sizes alike).
@@ -91,6 +93,7 @@ class MlxEngine(RowBlocks):
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
         precompiled_kernels: bool = False,
+        compiled_step: bool = True,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
         group: mx.distributed.Group | None = None,
@@ -111,6 +114,10 @@ class MlxEngine(RowBlocks):
             fuse_projections = gpu
         if fuse_projections:
             log.debug("fused %d projection groups", fuse.fuse_projections(self._model))
+        # the decode pass as compiled functions (compiled_step.py) on the architectures it knows
+        self._decoder = CompiledDecoder.wrap(self._model, directory.model_type) if compiled_step else None
+        if group is not None:
+            self._decoder = None  # sharded projections carry collectives the compiled code lacks
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
@@ -333,6 +340,7 @@ class MlxEngine(RowBlocks):
         if self._pool is not None:
             self._pool.clear()
         self._layers, self._paged, self._model, self._history = [], [], None, None
+        self._decoder = None
         if self._old_wired_limit is not None:
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
@@ -366,6 +374,7 @@ class MlxEngine(RowBlocks):
             outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
+        self.step_timer.graph(outputs)
         self.step_timer.lap("build")
         mx.async_eval(outputs)
         self.step_timer.lap("launch")
@@ -477,7 +486,10 @@ class MlxEngine(RowBlocks):
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-            out = self._model(inputs, cache=views)
+            if self._decoder is not None and inputs.shape[1] == 1 and views[0].layout.decode:
+                out = self._decoder(inputs, views)
+            else:
+                out = self._model(inputs, cache=views)
         if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)
             mx.eval(
                 [a for layer in self._layers for a in _arrays(layer)], out if inputs.shape[1] == 1 else []

@@ -169,6 +169,12 @@ class PassLayout:
             self.offset = mx.array(self.starts.astype(np.int32))
         self._decode_blocks: dict[int | None, DecodeBlocks] = {}
 
+    @property
+    def offsets(self) -> mx.array:
+        """Each row's first new position as an int32 array [B], whatever the batch size (a compiled
+        function taking the plain int of one row would be traced again at every position)."""
+        return self.offset if isinstance(self.offset, mx.array) else mx.array(self.starts.astype(np.int32))
+
     def row_blocks(self, i: int, end: int) -> np.ndarray:
         """Block ids holding positions [0, end) of batch row i."""
         return self._table[i, : (end + BLOCK - 1) // BLOCK].astype(np.int32)
