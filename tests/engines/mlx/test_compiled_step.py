@@ -1,0 +1,105 @@
+"""The compiled decode pass (compiled_step.py): llama-style models decode through a few mx.compile'd
+functions around kinfer's paged attention, and reply exactly as through mlx-lm's module code.
+
+The test suite turns mx.compile off (MLX_DISABLE_COMPILE=1 in tests/conftest.py: its g++ builds cost
+seconds per process); the `compiling` fixture turns it back on, so these tests trace and replay for
+real. Without it the compiled pass runs its Python eagerly, which the rest of the suite exercises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import mlx.core as mx
+import pytest
+
+from kinfer.engines.mlx.graph_ops import OpCounter
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, run_alone, run_jobs
+from tests.fixtures.tiny_mlx import build_tiny_model
+
+QUESTIONS = ("Name a colour.", "Tell me a story about a cat and a long road home.", "What is 2 + 3?")
+
+
+@pytest.fixture
+def compiling() -> Iterator[None]:
+    mx.enable_compile()
+    yield
+    if os.environ.get("MLX_DISABLE_COMPILE"):
+        mx.disable_compile()
+
+
+def _jobs(engine) -> list:
+    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS]
+    return [job(f"j{i}", p, max_tokens=14, ignore_eos=True) for i, p in enumerate(prompts)] + [
+        job("n", prompts[1], max_tokens=10, choices=2)  # a forked choice decodes beside its origin
+    ]
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_compiled_replies_equal_the_module_codes_batched_and_alone(
+    arch, fuse, tiny_models, make_mlx, compiling
+):
+    compiled = make_mlx(tiny_models[arch], fuse_projections=fuse)
+    plain = make_mlx(tiny_models[arch], fuse_projections=fuse, compiled_step=False)
+    assert compiled._decoder is not None and plain._decoder is None
+
+    jobs = _jobs(compiled)
+    batched = run_jobs(compiled, jobs)
+    reference = run_jobs(plain, jobs)
+
+    assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in reference.items()}
+    assert batched["n"].text == batched["n#1"].text
+    for one in jobs[:3]:
+        assert run_alone(compiled, one).text == batched[one.job_id].text
+
+
+def test_a_prompt_adopted_from_the_prefix_pool_decodes_alike(tiny_qwen3, make_mlx, compiling):
+    engine = make_mlx(tiny_qwen3)
+    prompt = engine.tokenize(chat("Tell me a story about a cat and a long road home."))
+    first = run_alone(engine, job("a", prompt, max_tokens=12))
+    again = run_alone(engine, job("b", prompt, max_tokens=12))
+    assert again.reused_tokens > 0
+    assert again.text == first.text
+
+
+def _mean_primitives(engine) -> float:
+    counter = OpCounter()
+    engine.step_timer = counter
+    run_jobs(engine, _jobs(engine)[:2])
+    return counter.mean()
+
+
+def test_compiling_is_what_cuts_the_primitives_per_step(tiny_qwen3, make_mlx, compiling):
+    compiled = _mean_primitives(make_mlx(tiny_qwen3))
+    plain = _mean_primitives(make_mlx(tiny_qwen3, compiled_step=False))
+    mx.disable_compile()
+    try:  # the same kinfer code run eagerly: the graph mx.compile fuses and simplifies
+        eager = _mean_primitives(make_mlx(tiny_qwen3))
+    finally:
+        mx.enable_compile()
+    assert compiled < 0.8 * plain
+    assert compiled < 0.8 * eager
+
+
+def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compiling):
+    compiled = make_mlx(smollm_f32.hf_dir, rows=2)
+    plain = make_mlx(smollm_f32.hf_dir, rows=2, compiled_step=False)
+    assert compiled._decoder is not None
+    prompts = [compiled.tokenize(chat(q)) for q in QUESTIONS[:2]]
+    jobs = [job(f"s{i}", p, max_tokens=12) for i, p in enumerate(prompts)]
+    got, want = run_jobs(compiled, jobs), run_jobs(plain, jobs)
+    assert [got[j.job_id].text for j in jobs] == [want[j.job_id].text for j in jobs]
+    assert all(got[j.job_id].new_tokens > 0 for j in jobs)
+
+
+def test_models_of_other_patterns_keep_the_module_code(tiny_qwen35, tmp_path, make_mlx):
+    assert make_mlx(tiny_qwen35)._decoder is None  # GatedDeltaNet layers
+    sliding = build_tiny_model(
+        tmp_path / "swa",
+        "llama",
+        config={"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24},
+    )
+    assert make_mlx(sliding)._decoder is None
