@@ -76,6 +76,13 @@ class Projection:
         )
         return y + a["bias"] if self.bias else y
 
+    def add_to(self, c: mx.array, x: mx.array, a: Arrays) -> mx.array:
+        """c + this projection of x: one matrix product with the sum (addmm) where the projection is
+        a plain dense one, instead of a product and then an add kernel."""
+        if self.quantized is None and not self.bias:
+            return mx.addmm(c, x, a["weight"].T)
+        return c + self(x, a)
+
 
 @dataclass(frozen=True)
 class Group:
@@ -236,16 +243,12 @@ class CompiledDecoder:
     @staticmethod
     def _make_first(plan: LayerPlan, rope: nn.Module) -> Callable:
         def first(x: mx.array, offsets: mx.array, w: dict) -> tuple[mx.array, mx.array, mx.array]:
-            batch, length, _ = x.shape
             h = mx.fast.rms_norm(x, w["ln"], plan.eps)
             q, k, v = plan.qkv(h, w["qkv"])
-            q = q.reshape(batch, length, plan.heads, -1)
-            k = k.reshape(batch, length, plan.kv_heads, -1)
-            v = v.reshape(batch, length, plan.kv_heads, -1).transpose(0, 2, 1, 3)
-            if plan.qk_norm:
+            q, k, v = (_heads(t, n) for t, n in ((q, plan.heads), (k, plan.kv_heads), (v, plan.kv_heads)))
+            if plan.qk_norm:  # over each head's last axis: the same values in either layout
                 q = mx.fast.rms_norm(q, w["qn"], plan.eps)
                 k = mx.fast.rms_norm(k, w["kn"], plan.eps)
-            q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)
             return rope(q, offset=offsets), rope(k, offset=offsets), v
 
         return first
@@ -255,9 +258,13 @@ class CompiledDecoder:
         from mlx_lm.models.activations import swiglu
 
         batch, length, _ = x.shape
-        h = x + plan.out(attended.transpose(0, 2, 1, 3).reshape(batch, length, -1), w["o"])
+        if length == 1:  # [B, H, 1, D] lies in memory as [B, 1, H * D]: no transpose
+            attended = attended.reshape(batch, 1, -1)
+        else:
+            attended = attended.transpose(0, 2, 1, 3).reshape(batch, length, -1)
+        h = plan.out.add_to(x, attended, w["o"])
         gate, up = plan.gate_up(mx.fast.rms_norm(h, w["post"], plan.eps), w["gate_up"])
-        return h + plan.down(swiglu(gate, up), w["down"])
+        return plan.down.add_to(h, swiglu(gate, up), w["down"])
 
     @classmethod
     def _make_step(cls, plan: LayerPlan, rope: nn.Module) -> Callable:
@@ -277,6 +284,14 @@ class CompiledDecoder:
             return plan.head(mx.fast.rms_norm(h, final["norm"], eps), final["head"])
 
         return last
+
+
+def _heads(t: mx.array, heads: int) -> mx.array:
+    """[B, L, heads * D] -> [B, heads, L, D]; for one position a reshape alone (the same memory)."""
+    batch, length, _ = t.shape
+    if length == 1:
+        return t.reshape(batch, heads, 1, -1)
+    return t.reshape(batch, length, heads, -1).transpose(0, 2, 1, 3)
 
 
 def _unsupported(model: nn.Module, model_type: str) -> str | None:
