@@ -30,7 +30,7 @@ from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, fuse, kernels
+from kinfer.engines.mlx import blas, compiled_mlp, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
@@ -115,9 +115,12 @@ class MlxEngine(RowBlocks):
         if fuse_projections:
             log.debug("fused %d projection groups", fuse.fuse_projections(self._model))
         # the decode pass as compiled functions (compiled_step.py) on the architectures it knows
+        # (sharded projections carry collectives the compiled code lacks); others: the compiled
+        # feed-forward side of their layers where it is the known pattern (compiled_mlp.py)
+        compiled_step = compiled_step and group is None
         self._decoder = CompiledDecoder.wrap(self._model, directory.model_type) if compiled_step else None
-        if group is not None:
-            self._decoder = None  # sharded projections carry collectives the compiled code lacks
+        if compiled_step and self._decoder is None:
+            compiled_mlp.install(self._model, directory.model_type)
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit

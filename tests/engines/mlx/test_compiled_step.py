@@ -95,8 +95,23 @@ def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compili
     assert all(got[j.job_id].new_tokens > 0 for j in jobs)
 
 
-def test_models_of_other_patterns_keep_the_module_code(tiny_qwen35, tmp_path, make_mlx):
-    assert make_mlx(tiny_qwen35)._decoder is None  # GatedDeltaNet layers
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
+def test_qwen35_layers_decode_through_a_compiled_feed_forward_alike(fuse, tiny_qwen35, make_mlx, compiling):
+    compiled = make_mlx(tiny_qwen35, fuse_projections=fuse)
+    plain = make_mlx(tiny_qwen35, fuse_projections=fuse, compiled_step=False)
+    # GatedDeltaNet layers: no whole compiled pass, but every layer's feed-forward side (compiled_mlp.py)
+    assert compiled._decoder is None
+    assert all(type(layer).__name__ == "CompiledDecoderLayer" for layer in compiled._model.layers)
+    assert not any(type(layer).__name__ == "CompiledDecoderLayer" for layer in plain._model.layers)
+
+    jobs = _jobs(compiled)
+    batched = run_jobs(compiled, jobs)
+
+    assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in run_jobs(plain, jobs).items()}
+    assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+
+
+def test_models_of_other_patterns_keep_the_module_code(tmp_path, make_mlx):
     sliding = build_tiny_model(
         tmp_path / "swa",
         "llama",

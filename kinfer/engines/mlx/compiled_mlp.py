@@ -1,0 +1,86 @@
+"""The feed-forward side of each decoder layer as one compiled function, for models whose whole decode
+pass compiled_step.py cannot take over (Qwen3.5: GatedDeltaNet layers between the attention ones).
+
+A layer's `x + mixer(norm(x))` stays mlx-lm's code (its attention or GatedDeltaNet, with kinfer's caches
+and kernels); what follows, `h + mlp(norm(h))` with a SwiGLU MLP, runs as one `mx.compile`d function
+shared by every layer (the weights are arguments), on one-token (decode) passes only: prompt chunks
+have many lengths, each of which would cost a trace. The layer objects get a kinfer subclass of their
+own class (the class itself is untouched; other models and mlx-lm's generators see no change).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from kinfer.engines.mlx.compiled_step import Group, Projection
+
+log = logging.getLogger(__name__)
+
+# model_type -> the decoder layer class (module, name) whose __call__ is `x + mixer(norm(x))`, then
+# `h + mlp(post_attention_layernorm(h))`, the mixer `linear_attn` where `is_linear`, else `self_attn`
+LAYERS = {"qwen3_5": ("mlx_lm.models.qwen3_5", "DecoderLayer")}
+
+_subclasses: dict[type, type] = {}
+
+
+class _OutputSide:
+    """The compiled `h + mlp(norm(h))` of layers sharing one configuration."""
+
+    def __init__(self, eps: float, gate_up: Group, down: Projection) -> None:
+        from mlx_lm.models.activations import swiglu
+
+        def side(x: mx.array, mixed: mx.array, w: dict) -> mx.array:
+            h = x + mixed
+            gate, up = gate_up(mx.fast.rms_norm(h, w["post"], eps), w["gate_up"])
+            return down.add_to(h, swiglu(gate, up), w["down"])
+
+        self.call = mx.compile(side)
+        self.key = (eps, gate_up, down)
+
+
+def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
+    if x.shape[1] != 1:
+        return super(type(self), self).__call__(x, mask, cache)
+    mixer = self.linear_attn if self.is_linear else self.self_attn
+    mixed = mixer(self.input_layernorm(x), mask, cache)
+    return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
+
+
+def _subclass(cls: type) -> type:
+    found = _subclasses.get(cls)
+    if found is None:
+        found = _subclasses[cls] = type(f"Compiled{cls.__name__}", (cls,), {"__call__": _decode_call})
+    return found
+
+
+def install(model: nn.Module, model_type: str) -> int:
+    """Give every layer of the known pattern the compiled output side; returns how many got it."""
+    known = LAYERS.get(model_type)
+    if known is None:
+        return 0
+    sides: dict[tuple, _OutputSide] = {}
+    done = 0
+    for layer in model.layers:
+        cls = type(layer)
+        norm = layer.get("post_attention_layernorm")
+        if (cls.__module__, cls.__name__) != known or type(norm) is not nn.RMSNorm:
+            continue
+        mlp = layer.get("mlp")
+        gate_up = Group.of(mlp, ("gate_proj", "up_proj")) if mlp is not None else None
+        down = Projection.of(mlp.get("down_proj")) if mlp is not None else None
+        if type(mlp).__name__ != "Qwen3NextMLP" or gate_up is None or down is None:
+            continue  # a mixture of experts, or sharded projections: the module code
+        key = (norm.eps, gate_up[0], down)
+        if key not in sides:
+            sides[key] = _OutputSide(norm.eps, gate_up[0], down)
+        side = sides[key]
+        arrays = {"post": norm.weight, "gate_up": gate_up[1], "down": Projection.arrays(mlp.down_proj)}
+        object.__setattr__(layer, "_kinfer_side", side)
+        object.__setattr__(layer, "_kinfer_arrays", arrays)
+        layer.__class__ = _subclass(cls)
+        done += 1
+    log.debug("compiled output side on %d of %d layers", done, len(model.layers))
+    return done
