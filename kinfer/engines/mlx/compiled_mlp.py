@@ -38,7 +38,6 @@ class _OutputSide:
             return down.add_to(h, swiglu(gate, up), w["down"])
 
         self.call = mx.compile(side)
-        self.key = (eps, gate_up, down)
 
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
