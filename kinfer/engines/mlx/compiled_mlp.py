@@ -15,7 +15,7 @@ import logging
 import mlx.core as mx
 import mlx.nn as nn
 
-from kinfer.engines.mlx.compiled_step import Group, Projection
+from kinfer.engines.mlx.compiled_step import CompiledDecoder, Group, Projection
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +83,22 @@ def install(model: nn.Module, model_type: str) -> int:
         done += 1
     log.debug("compiled output side on %d of %d layers", done, len(model.layers))
     return done
+
+
+def uninstall(model: nn.Module) -> int:
+    """Give the layers their own class back (the module code); returns how many had the compiled side."""
+    undone = 0
+    for layer in model.layers:
+        if type(layer) in _subclasses.values():
+            layer.__class__ = type(layer).__mro__[1]
+            undone += 1
+    return undone
+
+
+def compile_decode(model: nn.Module, model_type: str) -> CompiledDecoder | None:
+    """The whole decode pass compiled where compiled_step.py knows the model (returned); else the
+    compiled output side of each layer of the known pattern here (None returned)."""
+    decoder = CompiledDecoder.wrap(model, model_type)
+    if decoder is None:
+        install(model, model_type)
+    return decoder

@@ -34,8 +34,9 @@ class OpCounter(NoTimer):
     def __init__(self) -> None:
         self.steps: list[Counter[str]] = []
 
-    def graph(self, outputs: list[mx.array]) -> None:
-        self.steps.append(count_primitives(outputs))
+    def lap(self, phase: str, outputs: list | None = None) -> None:
+        if outputs is not None:
+            self.steps.append(count_primitives(outputs))
 
     def clear(self) -> None:
         self.steps.clear()

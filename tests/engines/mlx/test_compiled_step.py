@@ -118,3 +118,34 @@ def test_models_of_other_patterns_keep_the_module_code(tmp_path, make_mlx):
         config={"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24},
     )
     assert make_mlx(sliding)._decoder is None
+
+
+def test_a_compiled_step_that_fails_the_load_check_gives_way_to_the_module_code(
+    tiny_qwen3, make_mlx, monkeypatch
+):
+    from kinfer.engines.mlx.compiled_step import CompiledDecoder
+
+    plain = make_mlx(tiny_qwen3, compiled_step=False)
+    monkeypatch.setattr(CompiledDecoder, "__call__", lambda self, inputs, views: mx.zeros((1, 1, 8)))
+    engine = make_mlx(tiny_qwen3)  # loads: the check caught the wrong logits
+    assert engine._decoder is None
+    jobs = _jobs(engine)[:1]
+    assert run_jobs(engine, jobs)["j0"].text == run_jobs(plain, jobs)["j0"].text
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_quantized_projection_gives_the_modules_own_product(bias):
+    import mlx.nn as nn
+
+    from kinfer.engines.mlx.compiled_step import Projection
+
+    mx.random.seed(5)
+    linear = nn.Linear(64, 48, bias=bias)
+    quantized = nn.QuantizedLinear.from_linear(linear, group_size=32, bits=4)
+    x, c = mx.random.normal((3, 1, 64)), mx.random.normal((3, 1, 48))
+    for module in (linear, quantized):
+        projection = Projection.of(module)
+        assert projection is not None
+        arrays = Projection.arrays(module)
+        assert mx.array_equal(projection(x, arrays), module(x)).item()
+        assert mx.allclose(projection.add_to(c, x, arrays), c + module(x), atol=1e-5).item()
