@@ -158,6 +158,7 @@ def bench_kinfer(
     precompiled: bool = False,
     compiled_step: bool = True,
     ops: bool = False,
+    fuse_projections: bool | None = None,
 ) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
@@ -176,6 +177,7 @@ def bench_kinfer(
         prefill_chunk=2048,
         precompiled_kernels=precompiled,
         compiled_step=compiled_step,
+        fuse_projections=fuse_projections,
     )
     timer = StepTimer()
     layers = len(engine._layers)
@@ -307,6 +309,12 @@ def main() -> int:
         help="kinfer: the compiled decode step (the mlx_compiled_step setting; compiled_step.py)",
     )
     parser.add_argument(
+        "--fuse-projections",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="kinfer: q/k/v and gate/up fused (auto: on a GPU only, as the server; fuse.py)",
+    )
+    parser.add_argument(
         "--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test"
     )
     parser.add_argument(
@@ -356,6 +364,7 @@ def main() -> int:
                             precompiled=args.precompiled_kernels,
                             compiled_step=args.compiled_step == "on",
                             ops=args.ops,
+                            fuse_projections={"auto": None, "on": True, "off": False}[args.fuse_projections],
                         )
                     else:
                         row[engine] = bench_mlx_lm(path, prompts, args.tokens)

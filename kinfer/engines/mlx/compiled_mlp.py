@@ -77,6 +77,7 @@ def install(model: nn.Module, model_type: str) -> int:
             sides[key] = _OutputSide(norm.eps, gate_up[0], down)
         side = sides[key]
         arrays = {"post": norm.weight, "gate_up": gate_up[1], "down": Projection.arrays(mlp.down_proj)}
+        mx.eval(arrays)  # the transposed weights: views of the same memory
         object.__setattr__(layer, "_kinfer_side", side)
         object.__setattr__(layer, "_kinfer_arrays", arrays)
         layer.__class__ = _subclass(cls)

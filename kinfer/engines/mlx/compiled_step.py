@@ -56,13 +56,18 @@ class Projection:
 
     @staticmethod
     def arrays(module: nn.Module) -> Arrays:
-        return {k: module[k] for k in ("weight", "scales", "biases", "bias") if module.get(k) is not None}
+        """The arrays the call takes. A dense weight goes in as its transpose (`weight.T` evaluated once
+        shares the weight's memory), so no step builds a transpose per product."""
+        found = {k: module[k] for k in ("weight", "scales", "biases", "bias") if module.get(k) is not None}
+        if Projection.of(module) == Projection(None, "bias" in module):
+            found["weight"] = found["weight"].T
+        return found
 
     def __call__(self, x: mx.array, a: Arrays) -> mx.array:
         if self.quantized is None:
             if self.bias:
-                return mx.addmm(a["bias"], x, a["weight"].T)
-            return x @ a["weight"].T
+                return mx.addmm(a["bias"], x, a["weight"])
+            return x @ a["weight"]
         group_size, bits, mode = self.quantized
         y = mx.quantized_matmul(
             x,
@@ -80,7 +85,7 @@ class Projection:
         """c + this projection of x: one matrix product with the sum (addmm) where the projection is
         a plain dense one, instead of a product and then an add kernel."""
         if self.quantized is None and not self.bias:
-            return mx.addmm(c, x, a["weight"].T)
+            return mx.addmm(c, x, a["weight"])
         return c + self(x, a)
 
 
@@ -130,6 +135,12 @@ class LayerPlan:
     gate_up: Group
     down: Projection
     head: Projection
+    by_heads: bool  # q/k/v fused, all of one head size: one reshape of the product, split by heads
+
+    @property
+    def head_dim(self) -> int:
+        assert self.qkv.offsets is not None
+        return self.qkv.offsets[0] // self.heads
 
 
 def _layer_arrays(layer: nn.Module, plan_qk_norm: bool) -> tuple[tuple, dict] | None:
@@ -153,7 +164,12 @@ def _layer_arrays(layer: nn.Module, plan_qk_norm: bool) -> tuple[tuple, dict] | 
     eps = {norms[0].eps, norms[1].eps, *((attn.q_norm.eps, attn.k_norm.eps) if qk_norm else ())}
     if len(eps) != 1:
         return None
-    static = (attn.n_heads, attn.n_kv_heads, attn.scale, eps.pop(), qkv[0], out, gate_up[0], down)
+    by_heads = False
+    if qkv[0].offsets is not None:
+        size, (q_end, k_end) = attn.q_proj._shared.linear.weight.shape[0], qkv[0].offsets
+        dim = q_end // attn.n_heads
+        by_heads = q_end == attn.n_heads * dim and k_end - q_end == size - k_end == attn.n_kv_heads * dim
+    static = (attn.n_heads, attn.n_kv_heads, attn.scale, eps.pop(), qkv[0], out, gate_up[0], down, by_heads)
     arrays = {
         "ln": norms[0].weight,
         "qkv": qkv[1],
@@ -195,6 +211,7 @@ class CompiledDecoder:
         self._final = {"norm": backbone.norm.weight, "head": Projection.arrays(head)}
         self._head_eps = backbone.norm.eps
         self.plan = plan
+        mx.eval(self._layers, self._final)  # the transposed weights: views of the same memory
         self._first = mx.compile(self._make_first(plan, rope))
         self._step = mx.compile(self._make_step(plan, rope))
         self._last = mx.compile(self._make_last(plan))
@@ -222,8 +239,10 @@ class CompiledDecoder:
         if head_projection is None or type(backbone.norm) is not nn.RMSNorm:
             log.info("compiled decode step off for %s: an unknown final norm or LM head", model_type)
             return None
-        heads, kv_heads, scale, eps, qkv, out, gate_up, down = found[0][0]  # type: ignore[index]
-        plan = LayerPlan(heads, kv_heads, scale, eps, qk_norm, qkv, out, gate_up, down, head_projection)
+        heads, kv_heads, scale, eps, qkv, out, gate_up, down, by_heads = found[0][0]  # type: ignore[index]
+        plan = LayerPlan(
+            heads, kv_heads, scale, eps, qk_norm, qkv, out, gate_up, down, head_projection, by_heads
+        )
         return CompiledDecoder(model, plan, [f[1] for f in found], layers[0].self_attn.rope)  # type: ignore[index]
 
     def __call__(self, inputs: mx.array, views: list) -> mx.array:
@@ -244,8 +263,12 @@ class CompiledDecoder:
     def _make_first(plan: LayerPlan, rope: nn.Module) -> Callable:
         def first(x: mx.array, offsets: mx.array, w: dict) -> tuple[mx.array, mx.array, mx.array]:
             h = mx.fast.rms_norm(x, w["ln"], plan.eps)
-            q, k, v = plan.qkv(h, w["qkv"])
-            q, k, v = (_heads(t, n) for t, n in ((q, plan.heads), (k, plan.kv_heads), (v, plan.kv_heads)))
+            if plan.by_heads and x.shape[1] == 1:  # [B, 1, (H + 2 KV) * D] lies as [B, H + 2 KV, 1, D]
+                qkv = plan.qkv.projection(h, w["qkv"][0]).reshape(x.shape[0], -1, 1, plan.head_dim)
+                q, k, v = mx.split(qkv, [plan.heads, plan.heads + plan.kv_heads], axis=1)
+            else:
+                q, k, v = plan.qkv(h, w["qkv"])
+                q, k, v = (_heads(t, n) for t, n in ((q, plan.heads), (k, plan.kv_heads), (v, plan.kv_heads)))
             if plan.qk_norm:  # over each head's last axis: the same values in either layout
                 q = mx.fast.rms_norm(q, w["qn"], plan.eps)
                 k = mx.fast.rms_norm(k, w["kn"], plan.eps)
