@@ -4,6 +4,7 @@
     python scripts/bench_mlx_engine.py --tiny     # seconds on a CPU: a smoke test of the script
     python scripts/bench_mlx_engine.py --sizes qwen3-0.6b --rows 64 --tokens 256 --json out.json
     python scripts/bench_mlx_engine.py --engines kinfer --rows 1,64,256 --breakdown   # where a step goes
+    python scripts/bench_mlx_engine.py --tiny --layers 28 --engines kinfer --rows 1,8 --ops   # primitives
 
 Random bf16 weights in the real models' shapes (tok/s does not depend on the values), a word-level
 tokenizer over the whole vocabulary, 128-token prompts (different per row), 256 tokens per reply with
@@ -15,6 +16,11 @@ prefill). Peak memory is MLX's peak for the run.
 phase (kinfer/engines/mlx/step_timer.py): build (Python building the lazy graph), launch (inside
 mx.async_eval: MLX encoding and launching it), wait (the host waiting on the device for the previous
 step's tokens), other (bookkeeping, stop checks, detokenizing); they add up to the step's total.
+--ops (kinfer only) counts the primitives of one decode step's graph in a short run apart
+(kinfer/engines/mlx/graph_ops.py; "per layer" is the step's count over the layers). --compiled-step
+on|off and --fuse-projections auto|on|off set those engine switches (the mlx_compiled_step and
+mlx_fuse_projections settings); --layers N gives the shapes N decoder layers (a tiny model as deep as
+a real one).
 """
 
 from __future__ import annotations
@@ -349,7 +355,8 @@ def main() -> int:
             config = shapes[size]
             if args.layers:
                 config = with_layers(config, args.layers)
-            path = build_model_dir(workdir / f"{size}-{args.layers or 'n'}", config, args.dtype)
+            name = f"{size}-{args.layers}-layers" if args.layers else size
+            path = build_model_dir(workdir / name, config, args.dtype)
             vocab = config.get("text_config", config)["vocab_size"]
             for rows in row_counts:
                 prompts = make_prompts(rows, args.prompt, vocab)
