@@ -114,17 +114,18 @@ class PagedLayer:
 
     def write(self, keys: mx.array, values: mx.array, layout: PassLayout) -> None:
         """Store new K/V [B, kv_heads, L, dim] at the layout's token slots."""
-        b, heads, length, _ = keys.shape
+        heads = keys.shape[1]
         if self.keys is None:
             self.heads = heads
             rows = self._blocks * heads * BLOCK
             self.keys = mx.zeros((rows, keys.shape[-1]), dtype=keys.dtype)
             self.values = mx.zeros((rows, values.shape[-1]), dtype=values.dtype)
-        # pool row of each (batch, head, position), in the order the model's [B, H, L, D] arrays lie
+        # pool row of each (batch, head, position) as a [B, H, L] index: the model's [B, H, L, D] arrays
+        # scatter as they are (a flat index would cost each write a reshape more)
         rows = layout.write_rows(heads)
         # the scatters update the pools in place (their old arrays have no other reference)
-        self.keys[rows] = keys.reshape(b * heads * length, -1).astype(self.keys.dtype)
-        self.values[rows] = values.reshape(b * heads * length, -1).astype(self.values.dtype)
+        self.keys[rows] = keys.astype(self.keys.dtype)
+        self.values[rows] = values.astype(self.values.dtype)
 
 
 def _grow(pool: mx.array, rows: int) -> mx.array:
@@ -180,14 +181,14 @@ class PassLayout:
         return self._table[i, : (end + BLOCK - 1) // BLOCK].astype(np.int32)
 
     def write_rows(self, heads: int) -> mx.array:
-        """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), in
-        that order: the order of the model's [B, heads, L, dim] keys."""
+        """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), as a
+        [B, heads, L] array: the shape of the model's [B, heads, L, dim] keys less the last axis."""
         found = self._write_rows.get(heads)
         if found is None:
             slots = self._slots.reshape(self.batch, 1, self.length)
             block, offset = slots // BLOCK, slots % BLOCK
             rows = (block * heads + np.arange(heads)[None, :, None]) * BLOCK + offset
-            found = self._write_rows[heads] = mx.array(rows.reshape(-1).astype(np.int32))
+            found = self._write_rows[heads] = mx.array(rows.astype(np.int32))
         return found
 
     def kernel_inputs(self, window: int | None) -> tuple[mx.array, mx.array]:
