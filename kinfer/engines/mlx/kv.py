@@ -120,9 +120,11 @@ class PagedLayer:
             rows = self._blocks * heads * BLOCK
             self.keys = mx.zeros((rows, keys.shape[-1]), dtype=keys.dtype)
             self.values = mx.zeros((rows, values.shape[-1]), dtype=values.dtype)
-        # pool row of each (batch, head, position) as a [B, H, L] index: the model's [B, H, L, D] arrays
-        # scatter as they are (a flat index would cost each write a reshape more)
+        # pool row of each (batch, head, position); in the shape the keys scatter from with the fewest
+        # reshapes in the graph (write_rows)
         rows = layout.write_rows(heads)
+        if rows.ndim == 1:
+            keys, values = keys.reshape(rows.size, -1), values.reshape(rows.size, -1)
         # the scatters update the pools in place (their old arrays have no other reference)
         self.keys[rows] = keys.astype(self.keys.dtype)
         self.values[rows] = values.astype(self.values.dtype)
@@ -181,13 +183,16 @@ class PassLayout:
         return self._table[i, : (end + BLOCK - 1) // BLOCK].astype(np.int32)
 
     def write_rows(self, heads: int) -> mx.array:
-        """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), as a
-        [B, heads, L] array: the shape of the model's [B, heads, L, dim] keys less the last axis."""
+        """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), in
+        the order of the model's [B, heads, L, dim] keys: as a [B, heads, L] array, which the keys
+        scatter from as they are, or flat for one row (MLX would squeeze and broadcast a
+        leading 1, two primitives more than reshaping the keys)."""
         found = self._write_rows.get(heads)
         if found is None:
             slots = self._slots.reshape(self.batch, 1, self.length)
             block, offset = slots // BLOCK, slots % BLOCK
             rows = (block * heads + np.arange(heads)[None, :, None]) * BLOCK + offset
+            rows = rows.reshape(-1) if self.batch == 1 else rows
             found = self._write_rows[heads] = mx.array(rows.astype(np.int32))
         return found
 
