@@ -15,6 +15,7 @@ import logging
 import mlx.core as mx
 import mlx.nn as nn
 
+from kinfer.engines.mlx.compiled_gdn import GdnPlan, gated_norm_out, gdn_plan, linear_decode, make_before
 from kinfer.engines.mlx.compiled_step import CompiledDecoder, Group, Projection
 
 log = logging.getLogger(__name__)
@@ -27,22 +28,33 @@ _subclasses: dict[type, type] = {}
 
 
 class _OutputSide:
-    """The compiled `h + mlp(norm(h))` of layers sharing one configuration."""
+    """The compiled `h + mlp(norm(h))` of layers sharing one configuration; with `gdn`, also the two
+    compiled halves of their GatedDeltaNet's one-token pass (compiled_gdn.py), the second ending in
+    the feed-forward side."""
 
-    def __init__(self, eps: float, gate_up: Group, down: Projection) -> None:
+    def __init__(self, eps: float, gate_up: Group, down: Projection, gdn: GdnPlan | None) -> None:
         from mlx_lm.models.activations import swiglu
 
-        def side(x: mx.array, mixed: mx.array, w: dict) -> mx.array:
-            h = x + mixed
+        def feed_forward(h: mx.array, w: dict) -> mx.array:
             gate, up = gate_up(mx.fast.rms_norm(h, w["post"], eps), w["gate_up"])
             return down.add_to(h, swiglu(gate, up), w["down"])
 
-        self.call = mx.compile(side)
+        def after(x: mx.array, out: mx.array, z: mx.array, w: dict) -> mx.array:
+            assert gdn is not None
+            return feed_forward(gated_norm_out(gdn, x, out, z, w["gdn"]), w)
+
+        self.call = mx.compile(lambda x, mixed, w: feed_forward(x + mixed, w))
+        self.before = None if gdn is None else mx.compile(make_before(gdn))
+        self.after = None if gdn is None else mx.compile(after)
 
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     if x.shape[1] != 1:
         return super(type(self), self).__call__(x, mask, cache)
+    if self.is_linear and self._kinfer_side.before is not None and mask is None:
+        out = linear_decode(self, x, cache, self._kinfer_side)
+        if out is not None:
+            return out
     mixer = self.linear_attn if self.is_linear else self.self_attn
     mixed = mixer(self.input_layernorm(x), mask, cache)
     return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
@@ -72,11 +84,14 @@ def install(model: nn.Module, model_type: str) -> int:
         down = Projection.of(mlp.get("down_proj")) if mlp is not None else None
         if type(mlp).__name__ != "Qwen3NextMLP" or gate_up is None or down is None:
             continue  # a mixture of experts, or sharded projections: the module code
-        key = (norm.eps, gate_up[0], down)
+        gdn = gdn_plan(layer) if layer.is_linear else None
+        key = (norm.eps, gate_up[0], down, None if gdn is None else gdn[0])
         if key not in sides:
-            sides[key] = _OutputSide(norm.eps, gate_up[0], down)
+            sides[key] = _OutputSide(*key)
         side = sides[key]
         arrays = {"post": norm.weight, "gate_up": gate_up[1], "down": Projection.arrays(mlp.down_proj)}
+        if gdn is not None:
+            arrays["gdn"] = gdn[1]
         mx.eval(arrays)  # the transposed weights: views of the same memory
         object.__setattr__(layer, "_kinfer_side", side)
         object.__setattr__(layer, "_kinfer_arrays", arrays)

@@ -96,10 +96,23 @@ def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compili
 
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
-def test_qwen35_layers_decode_through_a_compiled_feed_forward_alike(fuse, tiny_qwen35, make_mlx, compiling):
+def test_qwen35_layers_decode_through_compiled_sides_alike(
+    fuse, tiny_qwen35, make_mlx, compiling, monkeypatch
+):
+    from kinfer.engines.mlx import compiled_gdn, compiled_mlp
+
+    compiled_passes = []  # GatedDeltaNet one-token passes that took the compiled functions
+
+    def spy(*args):
+        out = compiled_gdn.linear_decode(*args)
+        compiled_passes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(compiled_mlp, "linear_decode", spy)
     compiled = make_mlx(tiny_qwen35, fuse_projections=fuse)
     plain = make_mlx(tiny_qwen35, fuse_projections=fuse, compiled_step=False)
     # GatedDeltaNet layers: no whole compiled pass, but every layer's feed-forward side (compiled_mlp.py)
+    # and the GatedDeltaNet's one-token pass around its recurrence (compiled_gdn.py)
     assert compiled._decoder is None
     assert all(type(layer).__name__ == "CompiledDecoderLayer" for layer in compiled._model.layers)
     assert not any(type(layer).__name__ == "CompiledDecoderLayer" for layer in plain._model.layers)
@@ -109,6 +122,7 @@ def test_qwen35_layers_decode_through_a_compiled_feed_forward_alike(fuse, tiny_q
 
     assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in run_jobs(plain, jobs).items()}
     assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+    assert any(compiled_passes)
 
 
 def test_models_of_other_patterns_keep_the_module_code(tmp_path, make_mlx):
