@@ -15,8 +15,10 @@ import logging
 import mlx.core as mx
 import mlx.nn as nn
 
+from kinfer.engines.mlx.compiled_gated_attn import GatedAttnPlan, attention_decode, gated_attn_plan, gated_out
+from kinfer.engines.mlx.compiled_gated_attn import make_before as make_attn_before
 from kinfer.engines.mlx.compiled_gdn import GdnPlan, gated_norm_out, gdn_plan, linear_decode, make_before
-from kinfer.engines.mlx.compiled_step import CompiledDecoder, Group, Projection
+from kinfer.engines.mlx.compiled_step import CompiledDecoder, Group, Projection, same_rope
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,15 @@ class _OutputSide:
     compiled halves of their GatedDeltaNet's one-token pass (compiled_gdn.py), the second ending in
     the feed-forward side."""
 
-    def __init__(self, eps: float, gate_up: Group, down: Projection, gdn: GdnPlan | None) -> None:
+    def __init__(
+        self,
+        eps: float,
+        gate_up: Group,
+        down: Projection,
+        gdn: GdnPlan | None,
+        attn: GatedAttnPlan | None,
+        rope: nn.Module | None,
+    ) -> None:
         from mlx_lm.models.activations import swiglu
 
         def feed_forward(h: mx.array, w: dict) -> mx.array:
@@ -47,17 +57,42 @@ class _OutputSide:
         self.before = None if gdn is None else mx.compile(make_before(gdn))
         self.after = None if gdn is None else mx.compile(after)
 
+        def attn_after(x: mx.array, attended: mx.array, gate: mx.array, w: dict) -> mx.array:
+            assert attn is not None
+            return feed_forward(gated_out(attn, x, attended, gate, w["attn"]), w)
+
+        self.attn_plan, self.rope = attn, rope
+        self.attn_before = None if attn is None else mx.compile(make_attn_before(attn, rope))
+        self.attn_after = None if attn is None else mx.compile(attn_after)
+
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     if x.shape[1] != 1:
         return super(type(self), self).__call__(x, mask, cache)
-    if self.is_linear and self._kinfer_side.before is not None and mask is None:
-        out = linear_decode(self, x, cache, self._kinfer_side)
+    side = self._kinfer_side
+    if self.is_linear and side.before is not None and mask is None:
+        out = linear_decode(self, x, cache, side)
+        if out is not None:
+            return out
+    if not self.is_linear and side.attn_before is not None:
+        out = attention_decode(self, x, cache, side)
         if out is not None:
             return out
     mixer = self.linear_attn if self.is_linear else self.self_attn
     mixed = mixer(self.input_layernorm(x), mask, cache)
     return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
+
+
+def _side(sides: dict, eps, gate_up, down, gdn, attn, rope) -> _OutputSide:
+    """The side object of this configuration, shared with earlier layers of the same one (and the same
+    RoPE, which the compiled attention closes over)."""
+    key = (eps, gate_up, down, gdn, attn)
+    for side in sides.setdefault(key, []):
+        if rope is None or (side.rope is not None and same_rope(side.rope, rope)):
+            return side
+    side = _OutputSide(eps, gate_up, down, gdn, attn, rope)
+    sides[key].append(side)
+    return side
 
 
 def _subclass(cls: type) -> type:
@@ -72,7 +107,7 @@ def install(model: nn.Module, model_type: str) -> int:
     known = LAYERS.get(model_type)
     if known is None:
         return 0
-    sides: dict[tuple, _OutputSide] = {}
+    sides: dict[tuple, list[_OutputSide]] = {}
     done = 0
     for layer in model.layers:
         cls = type(layer)
@@ -85,13 +120,13 @@ def install(model: nn.Module, model_type: str) -> int:
         if type(mlp).__name__ != "Qwen3NextMLP" or gate_up is None or down is None:
             continue  # a mixture of experts, or sharded projections: the module code
         gdn = gdn_plan(layer) if layer.is_linear else None
-        key = (norm.eps, gate_up[0], down, None if gdn is None else gdn[0])
-        if key not in sides:
-            sides[key] = _OutputSide(*key)
-        side = sides[key]
+        attn = None if layer.is_linear else gated_attn_plan(layer)
+        side = _side(sides, norm.eps, gate_up[0], down, gdn and gdn[0], attn and attn[0], attn and attn[2])
         arrays = {"post": norm.weight, "gate_up": gate_up[1], "down": Projection.arrays(mlp.down_proj)}
         if gdn is not None:
             arrays["gdn"] = gdn[1]
+        if attn is not None:
+            arrays["attn"] = attn[1]
         mx.eval(arrays)  # the transposed weights: views of the same memory
         object.__setattr__(layer, "_kinfer_side", side)
         object.__setattr__(layer, "_kinfer_arrays", arrays)

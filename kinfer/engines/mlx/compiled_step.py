@@ -183,7 +183,7 @@ def _layer_arrays(layer: nn.Module, plan_qk_norm: bool) -> tuple[tuple, dict] | 
     return static, arrays
 
 
-def _same_rope(a: nn.Module, b: nn.Module) -> bool:
+def same_rope(a: nn.Module, b: nn.Module) -> bool:
     if type(a) is not type(b):
         return False
     scalars = (int, float, bool, str, tuple, type(None))
@@ -228,7 +228,7 @@ class CompiledDecoder:
                 reason = "a layer differs from the llama pattern"
             elif len({f[0] for f in found}) != 1:  # type: ignore[index]
                 reason = "layers differ in shape or projection kind"
-            elif not all(_same_rope(layers[0].self_attn.rope, lay.self_attn.rope) for lay in layers):
+            elif not all(same_rope(layers[0].self_attn.rope, lay.self_attn.rope) for lay in layers):
                 reason = "layers differ in RoPE"
         if reason is not None:
             log.info("compiled decode step off for %s: %s", model_type, reason)

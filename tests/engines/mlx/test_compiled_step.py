@@ -99,20 +99,26 @@ def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compili
 def test_qwen35_layers_decode_through_compiled_sides_alike(
     fuse, tiny_qwen35, make_mlx, compiling, monkeypatch
 ):
-    from kinfer.engines.mlx import compiled_gdn, compiled_mlp
+    from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_mlp
 
-    compiled_passes = []  # GatedDeltaNet one-token passes that took the compiled functions
+    compiled_passes = {"linear": [], "attention": []}  # one-token passes that took compiled functions
 
-    def spy(*args):
-        out = compiled_gdn.linear_decode(*args)
-        compiled_passes.append(out is not None)
-        return out
+    def spy(kind, real):
+        def call(*args):
+            out = real(*args)
+            compiled_passes[kind].append(out is not None)
+            return out
 
-    monkeypatch.setattr(compiled_mlp, "linear_decode", spy)
+        return call
+
+    monkeypatch.setattr(compiled_mlp, "linear_decode", spy("linear", compiled_gdn.linear_decode))
+    attention = spy("attention", compiled_gated_attn.attention_decode)
+    monkeypatch.setattr(compiled_mlp, "attention_decode", attention)
     compiled = make_mlx(tiny_qwen35, fuse_projections=fuse)
     plain = make_mlx(tiny_qwen35, fuse_projections=fuse, compiled_step=False)
     # GatedDeltaNet layers: no whole compiled pass, but every layer's feed-forward side (compiled_mlp.py)
-    # and the GatedDeltaNet's one-token pass around its recurrence (compiled_gdn.py)
+    # and the one-token passes of its GatedDeltaNet (compiled_gdn.py) and gated attention
+    # (compiled_gated_attn.py) around the recurrence and the paged attention
     assert compiled._decoder is None
     assert all(type(layer).__name__ == "CompiledDecoderLayer" for layer in compiled._model.layers)
     assert not any(type(layer).__name__ == "CompiledDecoderLayer" for layer in plain._model.layers)
@@ -122,7 +128,7 @@ def test_qwen35_layers_decode_through_compiled_sides_alike(
 
     assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in run_jobs(plain, jobs).items()}
     assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
-    assert any(compiled_passes)
+    assert any(compiled_passes["linear"]) and any(compiled_passes["attention"])
 
 
 def test_models_of_other_patterns_keep_the_module_code(tmp_path, make_mlx):
