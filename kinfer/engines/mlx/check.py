@@ -80,14 +80,14 @@ def self_check_engine(engine) -> None:
 
     An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
     or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-    producing wrong text later. A compiled decode step (compiled_step.py, compiled_mlp.py) that
+    producing wrong text later. A compiled decode step (compiled_step.py, compiled_layers.py) that
     fails it gives way to mlx-lm's module code, which must then pass on its own."""
-    from kinfer.engines.mlx import compiled_mlp
+    from kinfer.engines.mlx import compiled_layers
 
     try:
         _self_check(engine)
     except EngineFailure as exc:
-        if engine._decoder is None and not compiled_mlp.uninstall(engine._model):
+        if engine._decoder is None and not compiled_layers.uninstall(engine._model):
             raise
         log.warning("compiled decode step off for %s: %s", engine.info.architecture, exc)
         engine._decoder = None

@@ -7,7 +7,7 @@ maths op for op:
 - `before` (compiled): input norm -> q(+gate) / k / v projections -> q/k norms -> RoPE;
 - between them, uncompiled: the paged KV write and attention (kv.PagedKV);
 - `after` (compiled): the gate, output projection + residual, then the layer's SwiGLU feed-forward
-  side (compiled_mlp.py) in the same function.
+  side (compiled_layers.py) in the same function.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ mlx-lm's `GatedDeltaNet.__call__` builds ~40 ops per layer and token in Python. 
   state slots (state.StateView) and the recurrence itself (`gated_delta_update`, which kinfer routes to
   its CUDA kernel on a GPU: gated_delta.py);
 - `after` (compiled): the gated RMS norm -> output projection + residual, then the layer's SwiGLU
-  feed-forward side (compiled_mlp.py) in the same function.
+  feed-forward side (compiled_layers.py) in the same function.
 
-Used by compiled_mlp.py for layers whose GatedDeltaNet has the known shape; others keep the module code.
+Used by compiled_layers.py for layers whose GatedDeltaNet has the known shape; others keep the module
+code.
 """
 
 from __future__ import annotations

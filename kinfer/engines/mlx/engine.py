@@ -32,7 +32,7 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
-from kinfer.engines.mlx.compiled_mlp import compile_decode
+from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -70,7 +70,7 @@ class MlxEngine(RowBlocks):
     path when off: fused_decode (CUDA: the fused paged decode-attention kernel), gated_delta (CUDA: the
     GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and gate/up as one matrix product each; None =
     only on a GPU), precompiled_kernels (CUDA: those kernels compiled once and launched precompiled; off: it
-    did not pay on the H200), compiled_step (mx.compile'd decode passes: compiled_step.py, compiled_mlp.py).
+    did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py).
     `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). group: serve this
     rank's tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
     size: rows, context and pool decided elsewhere (by a distributed rank 0, so every rank sizes alike).

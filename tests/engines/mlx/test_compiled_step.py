@@ -99,7 +99,7 @@ def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compili
 def test_qwen35_layers_decode_through_compiled_sides_alike(
     fuse, tiny_qwen35, make_mlx, compiling, monkeypatch
 ):
-    from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_mlp
+    from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_layers
 
     compiled_passes = {"linear": [], "attention": []}  # one-token passes that took compiled functions
 
@@ -111,14 +111,14 @@ def test_qwen35_layers_decode_through_compiled_sides_alike(
 
         return call
 
-    monkeypatch.setattr(compiled_mlp, "linear_decode", spy("linear", compiled_gdn.linear_decode))
+    monkeypatch.setattr(compiled_layers, "linear_decode", spy("linear", compiled_gdn.linear_decode))
     attention = spy("attention", compiled_gated_attn.attention_decode)
-    monkeypatch.setattr(compiled_mlp, "attention_decode", attention)
+    monkeypatch.setattr(compiled_layers, "attention_decode", attention)
     compiled = make_mlx(tiny_qwen35, fuse_projections=fuse)
     plain = make_mlx(tiny_qwen35, fuse_projections=fuse, compiled_step=False)
-    # GatedDeltaNet layers: no whole compiled pass, but every layer's feed-forward side (compiled_mlp.py)
-    # and the one-token passes of its GatedDeltaNet (compiled_gdn.py) and gated attention
-    # (compiled_gated_attn.py) around the recurrence and the paged attention
+    # GatedDeltaNet layers: no whole compiled pass, but each layer's one-token pass (compiled_layers.py):
+    # its GatedDeltaNet (compiled_gdn.py) or gated attention (compiled_gated_attn.py) around the
+    # recurrence or the paged attention, then its feed-forward side
     assert compiled._decoder is None
     assert all(type(layer).__name__ == "CompiledDecoderLayer" for layer in compiled._model.layers)
     assert not any(type(layer).__name__ == "CompiledDecoderLayer" for layer in plain._model.layers)

@@ -1,11 +1,15 @@
-"""The feed-forward side of each decoder layer as one compiled function, for models whose whole decode
-pass compiled_step.py cannot take over (Qwen3.5: GatedDeltaNet layers between the attention ones).
+"""Qwen3.5's decoder layers on one-token passes as compiled functions, for models whose whole decode
+pass compiled_step.py cannot take over (GatedDeltaNet layers between gated attention ones).
 
-A layer's `x + mixer(norm(x))` stays mlx-lm's code (its attention or GatedDeltaNet, with kinfer's caches
-and kernels); what follows, `h + mlp(norm(h))` with a SwiGLU MLP, runs as one `mx.compile`d function
-shared by every layer (the weights are arguments), on one-token (decode) passes only: prompt chunks
-have many lengths, each of which would cost a trace. The layer objects get a kinfer subclass of their
-own class (the class itself is untouched; other models and mlx-lm's generators see no change).
+Each layer's one-token pass becomes two compiled functions around what must stay uncompiled (kinfer's
+state slots and recurrence kernel: compiled_gdn.py; the paged KV write and attention:
+compiled_gated_attn.py), the second ending in the layer's SwiGLU feed-forward side `h + mlp(norm(h))`.
+A layer whose mixer is of another shape still gets that feed-forward side compiled after mlx-lm's
+mixer code. Functions are shared by every layer of one configuration (the weights are arguments) and
+run on one-token (decode) passes only: prompt chunks have many lengths, each of which would cost a
+trace. The layer objects get a kinfer subclass of their own class (the class itself is untouched;
+other models and mlx-lm's generators see no change). `compile_decode` picks, per model, the whole
+compiled pass (compiled_step.py) or these layers.
 """
 
 from __future__ import annotations
