@@ -171,12 +171,17 @@ class PassLayout:
         else:
             self.offset = mx.array(self.starts.astype(np.int32))
         self._decode_blocks: dict[int | None, DecodeBlocks] = {}
+        self._offsets: mx.array | None = None
 
     @property
     def offsets(self) -> mx.array:
         """Each row's first new position as an int32 array [B], whatever the batch size (a compiled
         function taking the plain int of one row would be traced again at every position)."""
-        return self.offset if isinstance(self.offset, mx.array) else mx.array(self.starts.astype(np.int32))
+        if isinstance(self.offset, mx.array):
+            return self.offset
+        if self._offsets is None:
+            self._offsets = mx.array(self.starts.astype(np.int32))
+        return self._offsets
 
     def row_blocks(self, i: int, end: int) -> np.ndarray:
         """Block ids holding positions [0, end) of batch row i."""
