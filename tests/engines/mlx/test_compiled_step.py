@@ -169,3 +169,25 @@ def test_a_quantized_projection_gives_the_modules_own_product(bias):
         arrays = Projection.arrays(module)
         assert mx.array_equal(projection(x, arrays), module(x)).item()
         assert mx.allclose(projection.add_to(c, x, arrays), c + module(x), atol=1e-5).item()
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_steady_decode_step_replays_its_traces_without_running_the_layers_python(
+    arch, tiny_models, make_mlx, compiling, monkeypatch
+):
+    engine = make_mlx(tiny_models[arch], rows=2, prefix_cache=False)
+    prompt = engine.tokenize(chat(QUESTIONS[1]))
+    for i in range(2):
+        engine.submit(job(f"r{i}", prompt, max_tokens=40, ignore_eos=True))
+    for _ in range(8):  # the prompts in, two rows decoding, every function traced at two rows
+        engine.step()
+    norms = []
+    real = mx.fast.rms_norm
+    monkeypatch.setattr(mx.fast, "rms_norm", lambda *a, **kw: norms.append(1) or real(*a, **kw))
+
+    for _ in range(4):
+        assert engine.step()  # tokens keep coming
+
+    # every layer's norms sit inside compiled functions: replayed, never called from Python (Qwen3.5
+    # compiles its layers only: its final norm is mlx-lm's code, once a step)
+    assert len(norms) == {"qwen3": 0, "qwen3_5": 4}[arch]
