@@ -132,8 +132,8 @@ class Settings:
     )
     mlx_compiled_step: bool = _setting(
         True,
-        "MLX: the decode pass of llama-style models (llama, qwen3) as a few mx.compile'd functions "
-        "(off: mlx-lm's module code)",
+        "MLX: one-token passes as mx.compile'd functions (llama, qwen2, qwen3: the whole pass; qwen3_5: "
+        "each layer) (off: mlx-lm's module code)",
         group=DIAGNOSTIC,
     )
     mlx_fuse_projections: bool | None = _setting(

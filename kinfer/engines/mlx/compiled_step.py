@@ -33,7 +33,7 @@ from kinfer.engines.mlx.fuse import FusedPart
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = frozenset({"llama", "qwen3"})
+ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
 
 Arrays = dict[str, mx.array]
 
@@ -327,4 +327,6 @@ def _unsupported(model: nn.Module, model_type: str) -> str | None:
         return "an unknown model class"
     if getattr(backbone, "swa_idx", None) is not None:
         return "sliding-window layers"
+    if getattr(backbone, "pipeline_size", 1) > 1:
+        return "pipeline-parallel layers"
     return None

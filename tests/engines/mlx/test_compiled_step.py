@@ -37,13 +37,22 @@ def _jobs(engine) -> list:
     ]
 
 
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory):
+    """Qwen2: llama's layers with biased q/k/v projections."""
+    return build_tiny_model(
+        tmp_path_factory.mktemp("qwen2") / "qwen2", "llama", config={"model_type": "qwen2"}
+    )
+
+
 @pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_compiled_replies_equal_the_module_codes_batched_and_alone(
-    arch, fuse, tiny_models, make_mlx, compiling
+    arch, fuse, tiny_models, tiny_qwen2, make_mlx, compiling
 ):
-    compiled = make_mlx(tiny_models[arch], fuse_projections=fuse)
-    plain = make_mlx(tiny_models[arch], fuse_projections=fuse, compiled_step=False)
+    path = tiny_qwen2 if arch == "qwen2" else tiny_models[arch]
+    compiled = make_mlx(path, fuse_projections=fuse)
+    plain = make_mlx(path, fuse_projections=fuse, compiled_step=False)
     assert compiled._decoder is not None and plain._decoder is None
 
     jobs = _jobs(compiled)
