@@ -15,9 +15,12 @@ is traced once per input shape (here: per row count) and replayed from C++ after
 elementwise chains fused into single kernels. The weights are arguments, not captured constants, so
 every layer shares one trace (a new row count costs three traces, not three per layer).
 
-The maths is mlx-lm's own, op for op (RMSNorm, the model's own RoPE module, SwiGLU, projections fused
-or not by fuse.py, quantized or not), so greedy tokens match the uncompiled pass; a model whose layers
-differ from that pattern (sliding windows, other MLPs, unknown layer classes) keeps mlx-lm's modules.
+The maths is mlx-lm's own (RMSNorm, the model's own RoPE module, SwiGLU, projections fused or not by
+fuse.py, quantized or not) with fewer primitives: dense weights go in as their evaluated transposes
+(views of the same memory), a residual add rides its product (`addmm`: the same float32 result here,
+one rounding fewer in bf16), and one-position heads are reshaped without transposes. Greedy tokens
+match the uncompiled pass (tests/engines/mlx/test_compiled_step.py); a model whose layers differ
+from that pattern (sliding windows, other MLPs, unknown layer classes) keeps mlx-lm's modules.
 """
 
 from __future__ import annotations
