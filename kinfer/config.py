@@ -130,6 +130,12 @@ class Settings:
         "MLX on CUDA: those kernels compiled once with NVRTC, checked, launched precompiled (off: JIT call)",
         group=DIAGNOSTIC,
     )
+    mlx_compiled_step: bool = _setting(
+        True,
+        "MLX: one-token passes as mx.compile'd functions (llama, qwen2, qwen3: the whole pass; qwen3_5: "
+        "each layer) (off: mlx-lm's module code)",
+        group=DIAGNOSTIC,
+    )
     mlx_fuse_projections: bool | None = _setting(
         None, "MLX: q/k/v and gate/up as one matrix product each (auto: on a GPU)", group=DIAGNOSTIC
     )

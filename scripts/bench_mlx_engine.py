@@ -4,6 +4,7 @@
     python scripts/bench_mlx_engine.py --tiny     # seconds on a CPU: a smoke test of the script
     python scripts/bench_mlx_engine.py --sizes qwen3-0.6b --rows 64 --tokens 256 --json out.json
     python scripts/bench_mlx_engine.py --engines kinfer --rows 1,64,256 --breakdown   # where a step goes
+    python scripts/bench_mlx_engine.py --tiny --layers 28 --engines kinfer --rows 1,8 --ops   # primitives
 
 Random bf16 weights in the real models' shapes (tok/s does not depend on the values), a word-level
 tokenizer over the whole vocabulary, 128-token prompts (different per row), 256 tokens per reply with
@@ -15,6 +16,11 @@ prefill). Peak memory is MLX's peak for the run.
 phase (kinfer/engines/mlx/step_timer.py): build (Python building the lazy graph), launch (inside
 mx.async_eval: MLX encoding and launching it), wait (the host waiting on the device for the previous
 step's tokens), other (bookkeeping, stop checks, detokenizing); they add up to the step's total.
+--ops (kinfer only) counts the primitives of one decode step's graph in a short run apart
+(kinfer/engines/mlx/graph_ops.py; "per layer" is the step's count over the layers). --compiled-step
+on|off and --fuse-projections auto|on|off set those engine switches (the mlx_compiled_step and
+mlx_fuse_projections settings); --layers N gives the shapes N decoder layers (a tiny model as deep as
+a real one).
 """
 
 from __future__ import annotations
@@ -110,6 +116,13 @@ TINY = {
 }
 
 
+def with_layers(config: dict, layers: int) -> dict:
+    """`config` with `layers` decoder layers (a tiny model as deep as a real one: per-layer costs)."""
+    if "text_config" in config:
+        return {**config, "text_config": {**config["text_config"], "num_hidden_layers": layers}}
+    return {**config, "num_hidden_layers": layers}
+
+
 def build_model_dir(out: Path, config: dict, dtype: str) -> Path:
     """Random weights in `config`'s shape saved as a Hugging Face directory with a word-level tokenizer."""
     from mlx.utils import tree_flatten
@@ -144,11 +157,19 @@ def make_prompts(rows: int, length: int, vocab: int, seed: int = 1) -> list[list
 
 
 def bench_kinfer(
-    path: Path, prompts: list[list[int]], tokens: int, breakdown: bool = False, precompiled: bool = False
+    path: Path,
+    prompts: list[list[int]],
+    tokens: int,
+    breakdown: bool = False,
+    precompiled: bool = False,
+    compiled_step: bool = True,
+    ops: bool = False,
+    fuse_projections: bool | None = None,
 ) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
-    from kinfer.engines.mlx.step_timer import StepTimer
+    from kinfer.engines.mlx.graph_ops import OpCounter
+    from kinfer.engines.mlx.step_timer import NO_TIMER, StepTimer
     from kinfer.protocol import Sampling
 
     rows = len(prompts)
@@ -161,10 +182,13 @@ def bench_kinfer(
         prefix_cache=False,
         prefill_chunk=2048,
         precompiled_kernels=precompiled,
+        compiled_step=compiled_step,
+        fuse_projections=fuse_projections,
     )
     timer = StepTimer()
+    layers = len(engine._layers)
 
-    def run(max_tokens: int) -> tuple[float, int, float]:
+    def run(max_tokens: int, meter=timer) -> tuple[float, int, float]:
         submitted = time.perf_counter()
         for i, p in enumerate(prompts):
             engine.submit(
@@ -182,11 +206,16 @@ def bench_kinfer(
                     started.add(u.job_id)
             if t0 is None and len(started) == rows:
                 t0 = time.perf_counter()
-                timer.clear()  # the breakdown covers the decode window only
+                meter.clear()  # the breakdown covers the decode window only
         end = time.perf_counter()
         return end - (t0 or end), counted, (t0 or end) - submitted
 
     run(8)  # warm-up: kernels compiled, pools allocated
+    counter = OpCounter()
+    if ops:  # a short run apart: counting walks each step's graph, which would skew the timings
+        engine.step_timer = counter
+        run(4, counter)
+        engine.step_timer = NO_TIMER
     mx.reset_peak_memory()
     if breakdown:
         engine.step_timer = timer
@@ -197,6 +226,8 @@ def bench_kinfer(
     if breakdown:
         result["breakdown_ms"] = timer.mean_ms()
         result["decode_s"] = seconds
+    if ops:
+        result["ops"] = {"per_step": counter.mean(), "layers": layers, "by_name": counter.by_name()}
     return result
 
 
@@ -273,7 +304,27 @@ def main() -> int:
         help="kinfer: mean host ms per decode step by phase (build/launch/wait/other)",
     )
     parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="kinfer: primitives in one decode step's graph (graph_ops.py; a short run apart)",
+    )
+    parser.add_argument(
+        "--compiled-step",
+        default="on",
+        choices=("on", "off"),
+        help="kinfer: the compiled decode step (the mlx_compiled_step setting; compiled_step.py)",
+    )
+    parser.add_argument(
+        "--fuse-projections",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="kinfer: q/k/v and gate/up fused (auto: on a GPU only, as the server; fuse.py)",
+    )
+    parser.add_argument(
         "--tiny", action="store_true", help="tiny shapes, rows 1,4, 16 tokens: a CPU smoke test"
+    )
+    parser.add_argument(
+        "--layers", type=int, default=0, help="override the shapes' layer count (e.g. --tiny --layers 28)"
     )
     parser.add_argument("--workdir", type=Path, help="keep the model directories here (default: a temp dir)")
     args = parser.parse_args()
@@ -292,6 +343,7 @@ def main() -> int:
         "prompt": args.prompt,
         "tokens": args.tokens,
         "kinfer_kernels": "precompiled" if args.precompiled_kernels else "jit",
+        "kinfer_compiled_step": args.compiled_step,
         "runs": [],
     }
     print(f"device {mx.default_device()}, {args.dtype}, prompts {args.prompt}, {args.tokens} tokens per row")
@@ -301,7 +353,10 @@ def main() -> int:
         )
         for size in sizes:
             config = shapes[size]
-            path = build_model_dir(workdir / size, config, args.dtype)
+            if args.layers:
+                config = with_layers(config, args.layers)
+            name = f"{size}-{args.layers}-layers" if args.layers else size
+            path = build_model_dir(workdir / name, config, args.dtype)
             vocab = config.get("text_config", config)["vocab_size"]
             for rows in row_counts:
                 prompts = make_prompts(rows, args.prompt, vocab)
@@ -309,7 +364,14 @@ def main() -> int:
                 for engine in engines:
                     if engine == "kinfer":
                         row[engine] = bench_kinfer(
-                            path, prompts, args.tokens, args.breakdown, precompiled=args.precompiled_kernels
+                            path,
+                            prompts,
+                            args.tokens,
+                            args.breakdown,
+                            precompiled=args.precompiled_kernels,
+                            compiled_step=args.compiled_step == "on",
+                            ops=args.ops,
+                            fuse_projections={"auto": None, "on": True, "off": False}[args.fuse_projections],
                         )
                     else:
                         row[engine] = bench_mlx_lm(path, prompts, args.tokens)
@@ -326,6 +388,14 @@ def main() -> int:
                 if "breakdown_ms" in row.get("kinfer", {}):
                     print(
                         f"{'':14s} kinfer step: {breakdown_line(row['kinfer']['breakdown_ms'])}", flush=True
+                    )
+                if "ops" in row.get("kinfer", {}):
+                    o = row["kinfer"]["ops"]
+                    top = ", ".join(f"{k} {v:g}" for k, v in list(o["by_name"].items())[:8])
+                    print(
+                        f"{'':14s} kinfer graph: {o['per_step']:.0f} primitives per decode step"
+                        f" ({o['per_step'] / o['layers']:.1f} per layer, {o['layers']} layers): {top}",
+                        flush=True,
                     )
     print()
     print("| model | rows | " + " | ".join(f"{e} tok/s" for e in engines) + " | kinfer / mlx-lm |")

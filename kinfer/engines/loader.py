@@ -90,5 +90,6 @@ def mlx_engine_kwargs(settings: Settings, ctx: int | None) -> dict:
         "fused_decode": settings.mlx_fused_decode,
         "gated_delta": settings.mlx_gated_delta,
         "precompiled_kernels": settings.mlx_precompiled_kernels,
+        "compiled_step": settings.mlx_compiled_step,
         "fuse_projections": settings.mlx_fuse_projections,
     }

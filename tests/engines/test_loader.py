@@ -49,6 +49,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         assert fused_parts(engine) == 0  # auto: projections are fused on a GPU only
         assert all(layer.fused_decode for layer in engine._paged)
         assert not any(layer.precompiled for layer in engine._paged)  # the JIT kernel call by default
+        assert engine._decoder is not None  # the compiled decode pass (compiled_step.py) by default
     finally:
         engine.close()
 
@@ -61,6 +62,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         mlx_gated_delta=False,
         mlx_fuse_projections=True,
         mlx_precompiled_kernels=True,
+        mlx_compiled_step=False,
     )
     engine = load_engine(model, forced)
     try:
@@ -69,6 +71,7 @@ def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytes
         assert not any(layer.fused_decode for layer in engine._paged)
         assert engine._gated_delta is False
         assert all(layer.precompiled for layer in engine._paged) and engine._precompiled is True
+        assert engine._decoder is None
     finally:
         engine.close()
 

@@ -8,12 +8,16 @@ per-row positions break, fails here at load rather than producing wrong text lat
 
 from __future__ import annotations
 
+import logging
+
 import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.mlx.kv import PassLayout
 from kinfer.engines.mlx.state import StateSlots
 from kinfer.errors import EngineFailure
+
+log = logging.getLogger(__name__)
 
 CHECK_TOKENS = 6
 TOLERANCE = {mx.float32: 1e-3}
@@ -76,7 +80,21 @@ def self_check_engine(engine) -> None:
 
     An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
     or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-    producing wrong text later."""
+    producing wrong text later. A compiled decode step (compiled_step.py, compiled_layers.py) that
+    fails it gives way to mlx-lm's module code, which must then pass on its own."""
+    from kinfer.engines.mlx import compiled_layers
+
+    try:
+        _self_check(engine)
+    except EngineFailure as exc:
+        if engine._decoder is None and not compiled_layers.uninstall(engine._model):
+            raise
+        log.warning("compiled decode step off for %s: %s", engine.info.architecture, exc)
+        engine._decoder = None
+        _self_check(engine)
+
+
+def _self_check(engine) -> None:
     try:
         check_engine_layers(engine)
     except EngineFailure:

@@ -32,6 +32,7 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels
 from kinfer.engines.mlx.check import self_check_engine
+from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.grammar import grammar_vocab
@@ -62,16 +63,16 @@ log = logging.getLogger(__name__)
 class MlxEngine(RowBlocks):
     """A model directory served by MLX (the `Engine` protocol).
 
-    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse.
-    cache_limit_gb: cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic).
-    step_budget_ms: the step time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py).
-    self_check: compare kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each
-    falling back to a portable path when off: fused_decode (CUDA: the fused paged decode-attention
-    kernel), gated_delta (CUDA: the GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and
-    gate/up as one matrix product each; None = only on a GPU), precompiled_kernels (CUDA: those kernels
-    compiled once and launched precompiled; off: it did not pay on the H200). `step_timer`: where each
-    step's host time goes (step_timer.py; the bench installs one). group: serve this rank's
-    tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
+    rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
+    cap on MLX's buffer cache. prefill_chunk: prompt tokens per step (0 = automatic). step_budget_ms: the step
+    time prompt chunks fit in while rows decode (0: automatic; prefill_budget.py). self_check: compare
+    kinfer's caches with mlx-lm's forward pass at load. Diagnostic switches, each falling back to a portable
+    path when off: fused_decode (CUDA: the fused paged decode-attention kernel), gated_delta (CUDA: the
+    GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and gate/up as one matrix product each; None =
+    only on a GPU), precompiled_kernels (CUDA: those kernels compiled once and launched precompiled; off: it
+    did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py).
+    `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). group: serve this
+    rank's tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
     size: rows, context and pool decided elsewhere (by a distributed rank 0, so every rank sizes alike).
     """
 
@@ -91,6 +92,7 @@ class MlxEngine(RowBlocks):
         gated_delta: bool = True,
         fuse_projections: bool | None = None,
         precompiled_kernels: bool = False,
+        compiled_step: bool = True,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
         group: mx.distributed.Group | None = None,
@@ -111,6 +113,8 @@ class MlxEngine(RowBlocks):
             fuse_projections = gpu
         if fuse_projections:
             log.debug("fused %d projection groups", fuse.fuse_projections(self._model))
+        compiled = compiled_step and group is None  # a shard's projections hold collectives
+        self._decoder = compile_decode(self._model, directory.model_type) if compiled else None
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
@@ -332,7 +336,7 @@ class MlxEngine(RowBlocks):
         self._slots = [None] * len(self._slots)
         if self._pool is not None:
             self._pool.clear()
-        self._layers, self._paged, self._model, self._history = [], [], None, None
+        self._layers, self._paged, self._model, self._history, self._decoder = [], [], None, None, None
         if self._old_wired_limit is not None:
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
@@ -366,7 +370,7 @@ class MlxEngine(RowBlocks):
             outputs += [decoded.tokens, *(decoded.logprobs or ())]
         if self._history is not None:
             outputs.append(self._history)
-        self.step_timer.lap("build")
+        self.step_timer.lap("build", outputs)
         mx.async_eval(outputs)
         self.step_timer.lap("launch")
         self._counts["last"] = processed
@@ -476,21 +480,18 @@ class MlxEngine(RowBlocks):
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
+        decoder = self._decoder if inputs.shape[1] == 1 else None  # compiled for one position only
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-            out = self._model(inputs, cache=views)
+            out = self._model(inputs, cache=views) if decoder is None else decoder(inputs, views)
         if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)
-            mx.eval(
-                [a for layer in self._layers for a in _arrays(layer)], out if inputs.shape[1] == 1 else []
-            )
+            logits = out if inputs.shape[1] == 1 else []
+            mx.eval([a for layer in self._layers for a in _arrays(layer)], logits)
         return out
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
-    def _views(self, layout: PassLayout, state_rows: mx.array | None) -> list:
-        return [
-            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, state_rows)
-            for layer in self._layers
-        ]
+    def _views(self, layout: PassLayout, rows: mx.array | None) -> list:
+        return [PagedKV(x, layout) if isinstance(x, PagedLayer) else StateView(x, rows) for x in self._layers]
 
 
 def _arrays(layer) -> list[mx.array]:

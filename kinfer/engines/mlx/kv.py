@@ -114,17 +114,20 @@ class PagedLayer:
 
     def write(self, keys: mx.array, values: mx.array, layout: PassLayout) -> None:
         """Store new K/V [B, kv_heads, L, dim] at the layout's token slots."""
-        b, heads, length, _ = keys.shape
+        heads = keys.shape[1]
         if self.keys is None:
             self.heads = heads
             rows = self._blocks * heads * BLOCK
             self.keys = mx.zeros((rows, keys.shape[-1]), dtype=keys.dtype)
             self.values = mx.zeros((rows, values.shape[-1]), dtype=values.dtype)
-        # pool row of each (batch, head, position), in the order the model's [B, H, L, D] arrays lie
+        # pool row of each (batch, head, position); in the shape the keys scatter from with the fewest
+        # reshapes in the graph (write_rows)
         rows = layout.write_rows(heads)
+        if rows.ndim == 1:
+            keys, values = keys.reshape(rows.size, -1), values.reshape(rows.size, -1)
         # the scatters update the pools in place (their old arrays have no other reference)
-        self.keys[rows] = keys.reshape(b * heads * length, -1).astype(self.keys.dtype)
-        self.values[rows] = values.reshape(b * heads * length, -1).astype(self.values.dtype)
+        self.keys[rows] = keys.astype(self.keys.dtype)
+        self.values[rows] = values.astype(self.values.dtype)
 
 
 def _grow(pool: mx.array, rows: int) -> mx.array:
@@ -168,6 +171,17 @@ class PassLayout:
         else:
             self.offset = mx.array(self.starts.astype(np.int32))
         self._decode_blocks: dict[int | None, DecodeBlocks] = {}
+        self._offsets: mx.array | None = None
+
+    @property
+    def offsets(self) -> mx.array:
+        """Each row's first new position as an int32 array [B], whatever the batch size (a compiled
+        function taking the plain int of one row would be traced again at every position)."""
+        if isinstance(self.offset, mx.array):
+            return self.offset
+        if self._offsets is None:
+            self._offsets = mx.array(self.starts.astype(np.int32))
+        return self._offsets
 
     def row_blocks(self, i: int, end: int) -> np.ndarray:
         """Block ids holding positions [0, end) of batch row i."""
@@ -175,13 +189,16 @@ class PassLayout:
 
     def write_rows(self, heads: int) -> mx.array:
         """Pool rows ([blocks * heads * BLOCK, dim] storage) of each new (batch, head, position), in
-        that order: the order of the model's [B, heads, L, dim] keys."""
+        the order of the model's [B, heads, L, dim] keys: as a [B, heads, L] array, which the keys
+        scatter from as they are, or flat for one row (MLX would squeeze and broadcast a
+        leading 1, two primitives more than reshaping the keys)."""
         found = self._write_rows.get(heads)
         if found is None:
             slots = self._slots.reshape(self.batch, 1, self.length)
             block, offset = slots // BLOCK, slots % BLOCK
             rows = (block * heads + np.arange(heads)[None, :, None]) * BLOCK + offset
-            found = self._write_rows[heads] = mx.array(rows.reshape(-1).astype(np.int32))
+            rows = rows.reshape(-1) if self.batch == 1 else rows
+            found = self._write_rows[heads] = mx.array(rows.astype(np.int32))
         return found
 
     def kernel_inputs(self, window: int | None) -> tuple[mx.array, mx.array]:

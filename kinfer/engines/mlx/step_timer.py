@@ -26,8 +26,8 @@ class NoTimer:
     def start(self) -> None:
         pass
 
-    def lap(self, phase: str) -> None:
-        pass
+    def lap(self, phase: str, outputs: list | None = None) -> None:
+        """`outputs`: with the "build" lap, the step's graph about to be launched (graph_ops.OpCounter)."""
 
     def stop(self) -> None:
         pass
@@ -48,7 +48,7 @@ class StepTimer(NoTimer):
         self._current = dict.fromkeys(PHASES, 0.0)
         self._began = self._last = time.perf_counter()
 
-    def lap(self, phase: str) -> None:
+    def lap(self, phase: str, outputs: list | None = None) -> None:
         if self._current is not None:
             now = time.perf_counter()
             self._current[phase] += now - self._last

@@ -1,0 +1,53 @@
+"""How many primitives one step's lazy graph holds (issue 20's proxy for MLX's launch cost).
+
+MLX encodes and launches a graph primitive by primitive (on CUDA ~5 us of host time each), so the count
+of primitives a decode step builds is the number to cut, and it can be measured on any machine: a CPU
+build gives the same graph as a GPU build. `OpCounter` stands in for the engine's step timer
+(step_timer.py) and counts the graph handed to `mx.async_eval`, by walking it with `mx.export_to_dot`
+(everything not yet evaluated: this step's work only, since the previous step's arrays were evaluated
+or scheduled already). Slow (a text dump per step): run it apart from timed runs.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import Counter
+
+import mlx.core as mx
+
+from kinfer.engines.mlx.step_timer import NoTimer
+
+_PRIMITIVE = re.compile(r'\[label ="([^"]+)", shape=rectangle\]')
+
+
+def count_primitives(outputs: list[mx.array]) -> Counter[str]:
+    """Primitives in the unevaluated graph behind `outputs`, by name."""
+    text = io.StringIO()
+    mx.export_to_dot(text, *outputs)
+    return Counter(_PRIMITIVE.findall(text.getvalue()))
+
+
+class OpCounter(NoTimer):
+    """Records every step's primitive counts (`steps`: one Counter per step that built a graph)."""
+
+    def __init__(self) -> None:
+        self.steps: list[Counter[str]] = []
+
+    def lap(self, phase: str, outputs: list | None = None) -> None:
+        if outputs is not None:
+            self.steps.append(count_primitives(outputs))
+
+    def clear(self) -> None:
+        self.steps.clear()
+
+    def mean(self) -> float:
+        return sum(sum(c.values()) for c in self.steps) / len(self.steps) if self.steps else 0.0
+
+    def by_name(self) -> dict[str, float]:
+        """Mean count per step of each primitive, most frequent first."""
+        total: Counter[str] = Counter()
+        for step in self.steps:
+            total.update(step)
+        n = max(len(self.steps), 1)
+        return {name: count / n for name, count in total.most_common()}

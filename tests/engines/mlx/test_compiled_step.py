@@ -1,0 +1,202 @@
+"""The compiled decode pass (compiled_step.py): llama-style models decode through a few mx.compile'd
+functions around kinfer's paged attention, and reply exactly as through mlx-lm's module code.
+
+The test suite turns mx.compile off (MLX_DISABLE_COMPILE=1 in tests/conftest.py: its g++ builds cost
+seconds per process); the `compiling` fixture turns it back on, so these tests trace and replay for
+real. Without it the compiled pass runs its Python eagerly, which the rest of the suite exercises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import mlx.core as mx
+import pytest
+
+from kinfer.engines.mlx.graph_ops import OpCounter
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, run_alone, run_jobs
+from tests.fixtures.tiny_mlx import build_tiny_model
+
+QUESTIONS = ("Name a colour.", "Tell me a story about a cat and a long road home.", "What is 2 + 3?")
+
+
+@pytest.fixture
+def compiling() -> Iterator[None]:
+    mx.enable_compile()
+    yield
+    if os.environ.get("MLX_DISABLE_COMPILE"):
+        mx.disable_compile()
+
+
+def _jobs(engine) -> list:
+    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS]
+    return [job(f"j{i}", p, max_tokens=14, ignore_eos=True) for i, p in enumerate(prompts)] + [
+        job("n", prompts[1], max_tokens=10, choices=2)  # a forked choice decodes beside its origin
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory):
+    """Qwen2: llama's layers with biased q/k/v projections."""
+    return build_tiny_model(
+        tmp_path_factory.mktemp("qwen2") / "qwen2", "llama", config={"model_type": "qwen2"}
+    )
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_compiled_replies_equal_the_module_codes_batched_and_alone(
+    arch, fuse, tiny_models, tiny_qwen2, make_mlx, compiling
+):
+    path = tiny_qwen2 if arch == "qwen2" else tiny_models[arch]
+    compiled = make_mlx(path, fuse_projections=fuse)
+    plain = make_mlx(path, fuse_projections=fuse, compiled_step=False)
+    assert compiled._decoder is not None and plain._decoder is None
+
+    jobs = _jobs(compiled)
+    batched = run_jobs(compiled, jobs)
+    reference = run_jobs(plain, jobs)
+
+    assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in reference.items()}
+    assert batched["n"].text == batched["n#1"].text
+    for one in jobs[:3]:
+        assert run_alone(compiled, one).text == batched[one.job_id].text
+
+
+def test_a_prompt_adopted_from_the_prefix_pool_decodes_alike(tiny_qwen3, make_mlx, compiling):
+    engine = make_mlx(tiny_qwen3)
+    prompt = engine.tokenize(chat("Tell me a story about a cat and a long road home."))
+    first = run_alone(engine, job("a", prompt, max_tokens=12))
+    again = run_alone(engine, job("b", prompt, max_tokens=12))
+    assert again.reused_tokens > 0
+    assert again.text == first.text
+
+
+def _mean_primitives(engine) -> float:
+    counter = OpCounter()
+    engine.step_timer = counter
+    run_jobs(engine, _jobs(engine)[:2])
+    return counter.mean()
+
+
+def test_compiling_is_what_cuts_the_primitives_per_step(tiny_qwen3, make_mlx, compiling):
+    compiled = _mean_primitives(make_mlx(tiny_qwen3))
+    plain = _mean_primitives(make_mlx(tiny_qwen3, compiled_step=False))
+    mx.disable_compile()
+    try:  # the same kinfer code run eagerly: the graph mx.compile fuses and simplifies
+        eager = _mean_primitives(make_mlx(tiny_qwen3))
+    finally:
+        mx.enable_compile()
+    assert compiled < 0.8 * plain
+    assert compiled < 0.8 * eager
+
+
+def test_smollm2_in_float32_replies_alike_compiled(smollm_f32, make_mlx, compiling):
+    compiled = make_mlx(smollm_f32.hf_dir, rows=2)
+    plain = make_mlx(smollm_f32.hf_dir, rows=2, compiled_step=False)
+    assert compiled._decoder is not None
+    prompts = [compiled.tokenize(chat(q)) for q in QUESTIONS[:2]]
+    jobs = [job(f"s{i}", p, max_tokens=12) for i, p in enumerate(prompts)]
+    got, want = run_jobs(compiled, jobs), run_jobs(plain, jobs)
+    assert [got[j.job_id].text for j in jobs] == [want[j.job_id].text for j in jobs]
+    assert all(got[j.job_id].new_tokens > 0 for j in jobs)
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
+def test_qwen35_layers_decode_through_compiled_sides_alike(
+    fuse, tiny_qwen35, make_mlx, compiling, monkeypatch
+):
+    from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_layers
+
+    compiled_passes = {"linear": [], "attention": []}  # one-token passes that took compiled functions
+
+    def spy(kind, real):
+        def call(*args):
+            out = real(*args)
+            compiled_passes[kind].append(out is not None)
+            return out
+
+        return call
+
+    monkeypatch.setattr(compiled_layers, "linear_decode", spy("linear", compiled_gdn.linear_decode))
+    attention = spy("attention", compiled_gated_attn.attention_decode)
+    monkeypatch.setattr(compiled_layers, "attention_decode", attention)
+    compiled = make_mlx(tiny_qwen35, fuse_projections=fuse)
+    plain = make_mlx(tiny_qwen35, fuse_projections=fuse, compiled_step=False)
+    # GatedDeltaNet layers: no whole compiled pass, but each layer's one-token pass (compiled_layers.py):
+    # its GatedDeltaNet (compiled_gdn.py) or gated attention (compiled_gated_attn.py) around the
+    # recurrence or the paged attention, then its feed-forward side
+    assert compiled._decoder is None
+    assert all(type(layer).__name__ == "CompiledDecoderLayer" for layer in compiled._model.layers)
+    assert not any(type(layer).__name__ == "CompiledDecoderLayer" for layer in plain._model.layers)
+
+    jobs = _jobs(compiled)
+    batched = run_jobs(compiled, jobs)
+
+    assert {k: r.text for k, r in batched.items()} == {k: r.text for k, r in run_jobs(plain, jobs).items()}
+    assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+    assert any(compiled_passes["linear"]) and any(compiled_passes["attention"])
+
+
+def test_models_of_other_patterns_keep_the_module_code(tmp_path, make_mlx):
+    sliding = build_tiny_model(
+        tmp_path / "swa",
+        "llama",
+        config={"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24},
+    )
+    assert make_mlx(sliding)._decoder is None
+
+
+def test_a_compiled_step_that_fails_the_load_check_gives_way_to_the_module_code(
+    tiny_qwen3, make_mlx, monkeypatch
+):
+    from kinfer.engines.mlx.compiled_step import CompiledDecoder
+
+    plain = make_mlx(tiny_qwen3, compiled_step=False)
+    monkeypatch.setattr(CompiledDecoder, "__call__", lambda self, inputs, views: mx.zeros((1, 1, 8)))
+    engine = make_mlx(tiny_qwen3)  # loads: the check caught the wrong logits
+    assert engine._decoder is None
+    jobs = _jobs(engine)[:1]
+    assert run_jobs(engine, jobs)["j0"].text == run_jobs(plain, jobs)["j0"].text
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_quantized_projection_gives_the_modules_own_product(bias):
+    import mlx.nn as nn
+
+    from kinfer.engines.mlx.compiled_step import Projection
+
+    mx.random.seed(5)
+    linear = nn.Linear(64, 48, bias=bias)
+    quantized = nn.QuantizedLinear.from_linear(linear, group_size=32, bits=4)
+    x, c = mx.random.normal((3, 1, 64)), mx.random.normal((3, 1, 48))
+    for module in (linear, quantized):
+        projection = Projection.of(module)
+        assert projection is not None
+        arrays = Projection.arrays(module)
+        assert mx.array_equal(projection(x, arrays), module(x)).item()
+        assert mx.allclose(projection.add_to(c, x, arrays), c + module(x), atol=1e-5).item()
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_steady_decode_step_replays_its_traces_without_running_the_layers_python(
+    arch, tiny_models, make_mlx, compiling, monkeypatch
+):
+    engine = make_mlx(tiny_models[arch], rows=2, prefix_cache=False)
+    prompt = engine.tokenize(chat(QUESTIONS[1]))
+    for i in range(2):
+        engine.submit(job(f"r{i}", prompt, max_tokens=40, ignore_eos=True))
+    for _ in range(8):  # the prompts in, two rows decoding, every function traced at two rows
+        engine.step()
+    norms = []
+    real = mx.fast.rms_norm
+    monkeypatch.setattr(mx.fast, "rms_norm", lambda *a, **kw: norms.append(1) or real(*a, **kw))
+
+    for _ in range(4):
+        assert engine.step()  # tokens keep coming
+
+    # every layer's norms sit inside compiled functions: replayed, never called from Python (Qwen3.5
+    # compiles its layers only: its final norm is mlx-lm's code, once a step)
+    assert len(norms) == {"qwen3": 0, "qwen3_5": 4}[arch]
