@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentPar
 
 
 def serve(settings: Settings, *, headless: bool) -> int:
+    from kinfer.libllama_first import load_libllama_first
+
+    load_libllama_first()  # before anything loads numpy: CUDA llama.cpp crashes otherwise (see there)
     from kinfer.runtime import Runtime
     from kinfer.server.http import bind_socket
 
