@@ -1,0 +1,199 @@
+"""How many threads llama.cpp's decode steps run on: a count that follows the machine's load.
+
+ggml's CPU threads meet at a barrier after every op, hundreds of times in a decode step of a small
+model. On a quiet machine every core is fastest. When other processes want the cores, the OS
+deschedules one of ggml's threads and each barrier waits a time slice for it; one thread has no
+barrier to wait at and then wins by far (measured on a 2-core VM with a busy process per core: a
+one-row step took ~120 ms on 2 threads, ~30 ms on 1). No fixed count is right for both, so the
+engine asks this controller before each decode step and tells it how the step went.
+
+It runs at the current count and keeps that count's recent step times per batch size (a step's time
+depends on the rows in it, so only steps of equal size are compared). Every `probe_every_s` seconds
+of decoding it runs `probe_steps` steps at another candidate and compares them with the current
+count's median at the same batch size. A probe that wins by more than `margin` is confirmed by a
+second one before the switch (so noise does not flap); a probe that loses doubles the wait before the
+next one, up to `max_backoff` times, and one step `EARLY_LOSS` times slower ends it at once. On a
+quiet 2-core machine probes then run ~1.5 % of the decode time on the slower count (scripted
+timings, tests/engines/llama/test_thread_tuner.py). When the current count's own steps move by more
+than `shift` from what the last probe compared against (contention began or ended), the older steps
+are forgotten and the next probe comes one interval after the last (busy from quiet: ~1 s to switch).
+Pure logic: no clock, no llama.cpp; time is the decode seconds it is fed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+PROBE_EVERY_S = 2.0  # decode seconds between probes, before backoff
+PROBE_STEPS = 4  # steps run at a probed count
+MARGIN = 0.15  # a count must be this much faster (step time ratio below 1 / 1.15) to win
+CONFIRMATIONS = 2  # winning probes in a row before the switch
+MAX_BACKOFF = 4  # the probe interval grows up to this many times while probes lose
+WINDOW = 8  # recent step times kept per batch size at the current count
+MIN_REFERENCE = 3  # steps at a batch size before a probe may compare against them
+SHIFT = 1.5  # the current count's steps this much slower or faster than at the last probe: probe soon
+EARLY_LOSS = 2.0  # a probe step this many times slower ends the probe at once (2 threads, busy: ~4x)
+
+
+def candidate_counts(threads: int) -> tuple[int, ...]:
+    """The counts worth trying on `threads` cores: all of them first, half on larger machines, one."""
+    counts = [threads]
+    if threads >= 4:
+        counts.append(threads // 2)
+    if threads > 1:
+        counts.append(1)
+    return tuple(counts)
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """The counts the tuner chooses among (the first is where it starts) and how it probes."""
+
+    candidates: tuple[int, ...]
+    probe_every_s: float = PROBE_EVERY_S
+    probe_steps: int = PROBE_STEPS
+    margin: float = MARGIN
+    confirmations: int = CONFIRMATIONS
+    max_backoff: int = MAX_BACKOFF
+    window: int = WINDOW
+    shift: float = SHIFT
+
+    def __post_init__(self) -> None:
+        if len(set(self.candidates)) < 2 or min(self.candidates) < 1:
+            raise ValueError(f"a tuner needs two or more distinct positive counts, not {self.candidates}")
+        if self.probe_steps < 1 or self.window < MIN_REFERENCE or self.confirmations < 1:
+            raise ValueError("probe_steps and confirmations must be >= 1, window >= 3")
+
+    @classmethod
+    def for_threads(cls, threads: int) -> TunerConfig | None:
+        """The default tuning over `threads` cores (None: a single core leaves nothing to choose)."""
+        counts = candidate_counts(threads)
+        return cls(counts) if len(counts) > 1 else None
+
+
+@dataclass(frozen=True)
+class Switch:
+    """The tuner changed its count: `ratio` is the new count's step time over the old one's."""
+
+    before: int
+    after: int
+    ratio: float
+
+
+@dataclass
+class _Probe:
+    threads: int
+    steps: int = 0
+    ratios: list[float] = field(default_factory=list)  # probe step time / reference, equal batch size
+    samples: list[tuple[int, float]] = field(default_factory=list)  # (tokens, seconds)
+
+
+class ThreadTuner:
+    """Chooses the thread count of the next decode step from how the last ones went."""
+
+    def __init__(self, config: TunerConfig) -> None:
+        self.config = config
+        self.current = config.candidates[0]
+        self.probes = 0  # probes run (for tests and logs)
+        self.switches = 0
+        self._recent: dict[int, deque[float]] = {}  # batch tokens -> recent step seconds, current count
+        self._clock = 0.0  # decode seconds recorded so far
+        self._next_probe = config.probe_every_s
+        self._backoff = 1
+        self._probe: _Probe | None = None
+        self._wins = 0
+        self._turn = 0  # which of the other candidates the next probe tries
+        self._since_probe = 0  # steps at the current count since the last probe ended
+        self._probe_ended = 0.0  # the clock when it did
+        self._baseline: dict[int, float] = {}  # the references the last probe compared against
+
+    @property
+    def threads(self) -> int:
+        """The count the next decode step should run on (a probed one while probing)."""
+        return self._probe.threads if self._probe is not None else self.current
+
+    def record(self, threads: int, tokens: int, seconds: float) -> Switch | None:
+        """One decode step ran `tokens` tokens on `threads` threads in `seconds`; returns the switch
+        this caused, if it did."""
+        self._clock += seconds
+        if self._probe is not None and threads == self._probe.threads:
+            return self._probed(tokens, seconds)
+        if threads != self.current:
+            return None  # not a count this tuner asked for: nothing to learn from it
+        recent = self._recent.setdefault(tokens, deque(maxlen=self.config.window))
+        recent.append(seconds)
+        self._since_probe += 1
+        if self._moved(tokens):
+            # the older steps no longer say how this count runs: the next probe compares with the new
+            # ones, no sooner than an interval after the last probe (noise must not buy probes)
+            fresh = list(recent)[-self.config.probe_steps :]
+            self._recent = {tokens: deque(fresh, maxlen=self.config.window)}
+            self._next_probe = self._probe_ended + self.config.probe_every_s
+            self._backoff, self._baseline = 1, {}
+        if (
+            self._probe is None
+            and self._clock >= self._next_probe
+            and self._since_probe >= self.config.probe_steps
+            and len(recent) >= MIN_REFERENCE
+        ):
+            others = [c for c in self.config.candidates if c != self.current]
+            self._probe = _Probe(others[self._turn % len(others)])
+            self.probes += 1
+        return None
+
+    def _reference(self, tokens: int) -> float | None:
+        recent = self._recent.get(tokens)
+        if recent is None or len(recent) < MIN_REFERENCE:
+            return None
+        return statistics.median(recent)
+
+    def _moved(self, tokens: int) -> bool:
+        """Have the current count's steps at this size since the last probe left its reference?"""
+        base = self._baseline.get(tokens)
+        recent = self._recent.get(tokens)
+        if base is None or recent is None or self._since_probe < len(recent) or len(recent) < recent.maxlen:
+            return False
+        return not 1 / self.config.shift <= statistics.median(recent) / base <= self.config.shift
+
+    def _probed(self, tokens: int, seconds: float) -> Switch | None:
+        probe = self._probe
+        assert probe is not None
+        probe.steps += 1
+        probe.samples.append((tokens, seconds))
+        reference = self._reference(tokens)
+        if reference is not None:
+            probe.ratios.append(seconds / reference)
+        clearly_slower = reference is not None and seconds > EARLY_LOSS * reference
+        if probe.steps < self.config.probe_steps and not clearly_slower:
+            return None
+        self._probe = None
+        self._since_probe, self._probe_ended = 0, self._clock
+        if len(probe.ratios) * 2 < probe.steps:  # the batch size changed under the probe: try again later
+            self._next_probe = self._clock + self.config.probe_every_s
+            return None
+        ratio = statistics.median(probe.ratios)
+        if ratio * (1 + self.config.margin) < 1:
+            self._wins += 1
+            if self._wins >= self.config.confirmations:
+                return self._switch(probe, ratio)
+            self._next_probe = self._clock  # confirm once the current count has fresh steps
+            return None
+        self._wins = 0
+        self._turn += 1
+        self._backoff = min(self._backoff * 2, self.config.max_backoff)
+        self._next_probe = self._clock + self.config.probe_every_s * self._backoff
+        self._baseline = {t: ref for t in {t for t, _ in probe.samples} if (ref := self._reference(t))}
+        return None
+
+    def _switch(self, probe: _Probe, ratio: float) -> Switch:
+        before, self.current = self.current, probe.threads
+        self.switches += 1
+        self._wins, self._turn, self._backoff = 0, 0, 1
+        self._baseline = {}
+        self._recent = {}
+        for tokens, seconds in probe.samples:  # the probe's steps are the new count's first reference
+            self._recent.setdefault(tokens, deque(maxlen=self.config.window)).append(seconds)
+        self._next_probe = self._clock + self.config.probe_every_s
+        return Switch(before, probe.threads, round(ratio, 3))
