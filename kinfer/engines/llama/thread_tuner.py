@@ -11,13 +11,16 @@ It runs at the current count and keeps that count's recent step times per batch 
 depends on the rows in it, so only steps of equal size are compared). Every `probe_every_s` seconds
 of decoding it runs `probe_steps` steps at another candidate and compares them with the current
 count's median at the same batch size. A probe that wins by more than `margin` is confirmed by a
-second one before the switch (so noise does not flap); a probe that loses doubles the wait before the
-next one, up to `max_backoff` times, and one step `EARLY_LOSS` times slower ends it at once. On a
-quiet 2-core machine probes then run ~1.5 % of the decode time on the slower count (scripted
-timings, tests/engines/llama/test_thread_tuner.py). When the current count's own steps move by more
-than `shift` from what the last probe compared against (contention began or ended), the older steps
-are forgotten and the next probe comes one interval after the last (busy from quiet: ~1 s to switch).
-Pure logic: no clock, no llama.cpp; time is the decode seconds it is fed.
+second one before the switch (so noise does not flap), unless it halved the time; a probe that loses
+doubles the wait before the next one, up to `max_backoff` times, and a probe step `EARLY_LOSS` times
+slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the decode time on the
+slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
+
+Between probes it watches the current count: when each of its last `probe_steps` steps took
+`EARLY_LOSS` times its baseline (contention began), the next probe comes at once (busy from quiet:
+four slow steps, then the switch); when the median of its last `window` steps moved by more than
+`shift` either way, the next probe comes one interval after the last. Pure logic: no clock, no
+llama.cpp; time is the decode seconds it is fed.
 """
 
 from __future__ import annotations
@@ -107,7 +110,10 @@ class ThreadTuner:
         self._turn = 0  # which of the other candidates the next probe tries
         self._since_probe = 0  # steps at the current count since the last probe ended
         self._probe_ended = 0.0  # the clock when it did
-        self._baseline: dict[int, float] = {}  # the references the last probe compared against
+        # per batch size: the reference the last probe compared against (or the first full window's
+        # median), and how many steps came since it was taken
+        self._baseline: dict[int, float] = {}
+        self._since_base: dict[int, int] = {}
 
     @property
     def threads(self) -> int:
@@ -125,13 +131,20 @@ class ThreadTuner:
         recent = self._recent.setdefault(tokens, deque(maxlen=self.config.window))
         recent.append(seconds)
         self._since_probe += 1
-        if self._moved(tokens):
+        self._since_base[tokens] = self._since_base.get(tokens, 0) + 1
+        if tokens not in self._baseline and len(recent) == self.config.window:
+            self._set_baseline({tokens: statistics.median(recent)})
+        shift = self._shift(tokens)
+        if shift >= self.config.shift:
             # the older steps no longer say how this count runs: the next probe compares with the new
-            # ones, no sooner than an interval after the last probe (noise must not buy probes)
+            # ones, at once when they moved a lot (contention began), else no sooner than an interval
+            # after the last probe (noise must not buy probes)
             fresh = list(recent)[-self.config.probe_steps :]
             self._recent = {tokens: deque(fresh, maxlen=self.config.window)}
-            self._next_probe = self._probe_ended + self.config.probe_every_s
-            self._backoff, self._baseline = 1, {}
+            big = shift >= EARLY_LOSS
+            self._next_probe = self._clock if big else self._probe_ended + self.config.probe_every_s
+            self._backoff = 1
+            self._set_baseline({})
         if (
             self._probe is None
             and self._clock >= self._next_probe
@@ -149,13 +162,27 @@ class ThreadTuner:
             return None
         return statistics.median(recent)
 
-    def _moved(self, tokens: int) -> bool:
-        """Have the current count's steps at this size since the last probe left its reference?"""
+    def _set_baseline(self, baseline: dict[int, float]) -> None:
+        self._baseline = baseline
+        self._since_base = {tokens: 0 for tokens in baseline}
+
+    def _shift(self, tokens: int) -> float:
+        """How far (a factor >= 1) the current count's steps at this size have moved from its baseline:
+        each of the last `probe_steps` steps for a large move, the last `window` steps' median for a
+        smaller one (1.0: no baseline, or too few steps since it to say)."""
         base = self._baseline.get(tokens)
-        recent = self._recent.get(tokens)
-        if base is None or recent is None or self._since_probe < len(recent) or len(recent) < recent.maxlen:
-            return False
-        return not 1 / self.config.shift <= statistics.median(recent) / base <= self.config.shift
+        recent = list(self._recent.get(tokens, ()))
+        fresh = recent[max(0, len(recent) - self._since_base.get(tokens, 0)) :]
+        if base is None or len(fresh) < self.config.probe_steps:
+            return 1.0
+        last = fresh[-self.config.probe_steps :]
+        quick = max(min(last) / base, base / max(last))  # every one of them moved (a spike is not)
+        if quick >= EARLY_LOSS:
+            return quick
+        if len(fresh) < self.config.window:
+            return 1.0
+        steady = statistics.median(fresh) / base
+        return max(steady, 1 / steady)
 
     def _probed(self, tokens: int, seconds: float) -> Switch | None:
         probe = self._probe
@@ -176,7 +203,8 @@ class ThreadTuner:
         ratio = statistics.median(probe.ratios)
         if ratio * (1 + self.config.margin) < 1:
             self._wins += 1
-            if self._wins >= self.config.confirmations:
+            # a win by half the time needs no confirmation: noise does not halve a median of steps
+            if self._wins >= self.config.confirmations or ratio * EARLY_LOSS <= 1:
                 return self._switch(probe, ratio)
             self._next_probe = self._clock  # confirm once the current count has fresh steps
             return None
@@ -184,16 +212,16 @@ class ThreadTuner:
         self._turn += 1
         self._backoff = min(self._backoff * 2, self.config.max_backoff)
         self._next_probe = self._clock + self.config.probe_every_s * self._backoff
-        self._baseline = {t: ref for t in {t for t, _ in probe.samples} if (ref := self._reference(t))}
+        self._set_baseline({t: ref for t in {t for t, _ in probe.samples} if (ref := self._reference(t))})
         return None
 
     def _switch(self, probe: _Probe, ratio: float) -> Switch:
         before, self.current = self.current, probe.threads
         self.switches += 1
         self._wins, self._turn, self._backoff = 0, 0, 1
-        self._baseline = {}
         self._recent = {}
         for tokens, seconds in probe.samples:  # the probe's steps are the new count's first reference
             self._recent.setdefault(tokens, deque(maxlen=self.config.window)).append(seconds)
+        self._set_baseline({t: statistics.median(times) for t, times in self._recent.items()})
         self._next_probe = self._clock + self.config.probe_every_s
         return Switch(before, probe.threads, round(ratio, 3))
