@@ -14,6 +14,7 @@ next pass), so switching before every pass costs nothing measurable.
 from __future__ import annotations
 
 import logging
+import time
 
 from kinfer.engines.llama import native
 from kinfer.engines.llama.thread_tuner import ThreadTuner, TunerConfig
@@ -32,24 +33,29 @@ class DecodeThreads:
         self.all = threads
         self.tuner = ThreadTuner(tuning) if tuning is not None else None
         self._set = threads  # the count the context has now (create_context gave it every thread)
+        self._started = (threads, 0.0, 0.0)  # the decode step under way: count, wall and CPU clocks
 
     @property
     def decoding(self) -> int:
         """The count decode steps settled on (what /metrics shows; a probe is not a change)."""
         return self.tuner.current if self.tuner is not None else self.all
 
-    def for_decode(self) -> int:
-        """Set and return the count of the next decode step."""
-        return self._use(self.tuner.threads if self.tuner is not None else self.all)
+    def start_decode(self) -> None:
+        """Set the count of the decode step about to run, and start its clocks."""
+        threads = self._use(self.tuner.threads if self.tuner is not None else self.all)
+        self._started = (threads, time.perf_counter(), time.thread_time())
 
     def for_prompt(self) -> None:
         self._use(self.all)
 
-    def decoded(self, threads: int, tokens: int, seconds: float) -> None:
-        """A decode step of `tokens` rows ran on `threads` in `seconds` (llama_decode's wall time)."""
+    def decoded(self, tokens: int) -> None:
+        """The decode step started by `start_decode` ran `tokens` rows. Its wall time, and the CPU
+        time of this thread (ggml's first worker: it tells whether the OS shared its core out)."""
         if self.tuner is None:
             return
-        switch = self.tuner.record(threads, tokens, seconds)
+        threads, wall, cpu = self._started
+        seconds, cpu_seconds = time.perf_counter() - wall, time.thread_time() - cpu
+        switch = self.tuner.record(threads, tokens, seconds, cpu_seconds)
         if switch is not None:
             log.info(
                 "llama.cpp: decoding on %d thread(s) instead of %d (steps took %.2fx the time)",

@@ -290,10 +290,10 @@ class LlamaEngine:
             at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
             # constrained rows' masks are computed on another thread while llama_decode runs
             self._logits.prefetch(generating)
-            threads, decode_began = self._threads.for_decode(), time.perf_counter()
+            self._threads.start_decode()
             decoded = self._decode(generating, changed)
             if decoded:
-                self._threads.decoded(threads, batch.n, time.perf_counter() - decode_began)
+                self._threads.decoded(batch.n)
             self._logits.wait()
             if decoded:
                 for row, index in zip(generating, at, strict=True):

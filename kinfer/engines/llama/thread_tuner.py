@@ -16,11 +16,15 @@ doubles the wait before the next one, up to `max_backoff` times, and a probe ste
 slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the decode time on the
 slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
 
-Between probes it watches the current count: when each of its last `probe_steps` steps took
+Between probes it watches the current count. When each of its last `probe_steps` steps took
 `EARLY_LOSS` times its baseline (contention began), the next probe comes at once (busy from quiet:
-four slow steps, then the switch); when the median of its last `window` steps moved by more than
-`shift` either way, the next probe comes one interval after the last. Pure logic: no clock, no
-llama.cpp; time is the decode seconds it is fed.
+four slow steps, then the switch). When the engine thread's CPU time over wall time in each of those
+steps left its settled level by `LOAD_SHIFT` (1.0 while the thread has its core; 0.35-0.75 on one
+thread beside busy processes, measured), the contention began or ended: the next probe comes a
+quarter interval after the last (back to every thread ~0.2 s of decoding after the busy processes
+stop, instead of up to one backed-off interval). When the median of its last `window` steps moved by
+more than `shift` either way, the next probe comes one interval after the last. Pure logic: no
+clock, no llama.cpp; time is the decode seconds it is fed.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ WINDOW = 8  # recent step times kept per batch size at the current count
 MIN_REFERENCE = 3  # steps at a batch size before a probe may compare against them
 SHIFT = 1.5  # the current count's steps this much slower or faster than at the last probe: probe soon
 EARLY_LOSS = 2.0  # a probe step this many times slower ends the probe at once (2 threads, busy: ~4x)
+LOAD_SHIFT = 0.25  # the engine thread's CPU share of a step moved this much: contention began or ended
+LOAD_GAP = 0.25  # ...then probe, no sooner than this share of an interval after the last probe
 
 
 def candidate_counts(threads: int) -> tuple[int, ...]:
@@ -114,15 +120,21 @@ class ThreadTuner:
         # median), and how many steps came since it was taken
         self._baseline: dict[int, float] = {}
         self._since_base: dict[int, int] = {}
+        # the engine thread's CPU time over wall time in the current count's last steps, and its level
+        # when it last settled: 1.0 while nothing else wants the core, below when the OS shares it out
+        self._loads: deque[float] = deque(maxlen=config.probe_steps)
+        self._load_base: float | None = None
 
     @property
     def threads(self) -> int:
         """The count the next decode step should run on (a probed one while probing)."""
         return self._probe.threads if self._probe is not None else self.current
 
-    def record(self, threads: int, tokens: int, seconds: float) -> Switch | None:
-        """One decode step ran `tokens` tokens on `threads` threads in `seconds`; returns the switch
-        this caused, if it did."""
+    def record(
+        self, threads: int, tokens: int, seconds: float, cpu_seconds: float | None = None
+    ) -> Switch | None:
+        """One decode step ran `tokens` tokens on `threads` threads in `seconds` (wall), the calling
+        thread using `cpu_seconds` of CPU (None: not known); returns the switch this caused, if any."""
         self._clock += seconds
         if self._probe is not None and threads == self._probe.threads:
             return self._probed(tokens, seconds)
@@ -135,16 +147,13 @@ class ThreadTuner:
         if tokens not in self._baseline and len(recent) == self.config.window:
             self._set_baseline({tokens: statistics.median(recent)})
         shift = self._shift(tokens)
-        if shift >= self.config.shift:
-            # the older steps no longer say how this count runs: the next probe compares with the new
-            # ones, at once when they moved a lot (contention began), else no sooner than an interval
+        if self._load_moved(seconds, cpu_seconds):
+            self._restart(tokens, self._probe_ended + self.config.probe_every_s * LOAD_GAP)
+        elif shift >= self.config.shift:
+            # at once when the steps moved a lot (contention began), else no sooner than an interval
             # after the last probe (noise must not buy probes)
-            fresh = list(recent)[-self.config.probe_steps :]
-            self._recent = {tokens: deque(fresh, maxlen=self.config.window)}
             big = shift >= EARLY_LOSS
-            self._next_probe = self._clock if big else self._probe_ended + self.config.probe_every_s
-            self._backoff = 1
-            self._set_baseline({})
+            self._restart(tokens, self._clock if big else self._probe_ended + self.config.probe_every_s)
         if (
             self._probe is None
             and self._clock >= self._next_probe
@@ -155,6 +164,32 @@ class ThreadTuner:
             self._probe = _Probe(others[self._turn % len(others)])
             self.probes += 1
         return None
+
+    def _restart(self, tokens: int, probe_at: float) -> None:
+        """The machine changed: the older steps no longer say how this count runs, the next probe
+        compares with the new ones."""
+        fresh = list(self._recent[tokens])[-self.config.probe_steps :]
+        self._recent = {tokens: deque(fresh, maxlen=self.config.window)}
+        self._next_probe = min(self._next_probe, probe_at)
+        self._backoff = 1
+        self._set_baseline({})
+
+    def _load_moved(self, seconds: float, cpu_seconds: float | None) -> bool:
+        """Has every one of the last `probe_steps` steps' CPU share left its settled level?"""
+        if cpu_seconds is None or seconds <= 0:
+            return False
+        loads = self._loads
+        loads.append(min(1.0, cpu_seconds / seconds))
+        if len(loads) < loads.maxlen:  # type: ignore[operator]
+            return False
+        if self._load_base is None:
+            self._load_base = statistics.median(loads)
+            return False
+        if min(loads) - self._load_base < LOAD_SHIFT and self._load_base - max(loads) < LOAD_SHIFT:
+            return False
+        self._load_base = None  # settles again on the next steps
+        loads.clear()
+        return True
 
     def _reference(self, tokens: int) -> float | None:
         recent = self._recent.get(tokens)
@@ -223,5 +258,7 @@ class ThreadTuner:
         for tokens, seconds in probe.samples:  # the probe's steps are the new count's first reference
             self._recent.setdefault(tokens, deque(maxlen=self.config.window)).append(seconds)
         self._set_baseline({t: statistics.median(times) for t, times in self._recent.items()})
+        self._loads.clear()  # the new count's load settles on its own steps
+        self._load_base = None
         self._next_probe = self._clock + self.config.probe_every_s
         return Switch(before, probe.threads, round(ratio, 3))

@@ -2,6 +2,8 @@
 
 The timings are shaped like the ones measured on a 2-core VM (bundled SmolLM2, one row): quiet, a step
 took ~15 ms on 2 threads and ~25 ms on 1; beside one busy process per core, ~120 ms on 2 and ~30 ms on 1.
+The engine thread's CPU time over a step's wall time was 1.0 quiet on either count (the waits spin),
+0.2-0.5 on 2 threads and 0.35-0.75 on 1 beside the busy processes.
 """
 
 from __future__ import annotations
@@ -15,13 +17,22 @@ from kinfer.engines.llama.thread_tuner import ThreadTuner, TunerConfig, candidat
 
 QUIET = {2: 0.015, 1: 0.025}
 BUSY = {2: 0.120, 1: 0.030}
+QUIET_LOAD = {2: 1.0, 1: 1.0}
+BUSY_LOAD = {2: 0.4, 1: 0.65}
 
 Timing = Callable[[int, int], float]  # (threads, batch tokens) -> step seconds
 
 
-def drive(tuner: ThreadTuner, timing: Timing, seconds: float, tokens: Callable[[], int] = lambda: 1) -> dict:
-    """Run decode steps for `seconds` of decode time the way the engine does: ask, run, record.
-    Returns the seconds spent at each thread count and the switches made."""
+def drive(
+    tuner: ThreadTuner,
+    timing: Timing,
+    seconds: float,
+    tokens: Callable[[], int] = lambda: 1,
+    load: Callable[[int], float] | None = None,
+) -> dict:
+    """Run decode steps for `seconds` of decode time the way the engine does: ask, run, record
+    (`load(threads)`: the engine thread's CPU share of the step; None: not measured). Returns the
+    seconds spent at each thread count and the switches made."""
     spent: dict[int, float] = {}
     switches = []
     clock = 0.0
@@ -30,7 +41,8 @@ def drive(tuner: ThreadTuner, timing: Timing, seconds: float, tokens: Callable[[
         took = timing(threads, size)
         clock += took
         spent[threads] = spent.get(threads, 0.0) + took
-        if (switch := tuner.record(threads, size, took)) is not None:
+        cpu = None if load is None else took * load(threads)
+        if (switch := tuner.record(threads, size, took, cpu)) is not None:
             switches.append(switch)
     return {"spent": spent, "switches": switches}
 
@@ -118,14 +130,26 @@ def test_when_the_contention_ends_it_comes_back_to_every_thread():
     assert [(s.before, s.after) for s in run["switches"]] == [(1, 2)]
 
 
+def test_when_the_core_is_its_own_again_it_comes_back_at_once():
+    """On one thread beside busy processes the engine thread gets a share of a core; when it gets all
+    of it (the CPU time of a step equals its wall time) the contention ended: probe every thread now."""
+    tuner = two_cores()
+    drive(tuner, table(BUSY), seconds=30, load=BUSY_LOAD.get)
+    assert tuner.current == 1
+    run = drive(tuner, table(QUIET), seconds=2, load=QUIET_LOAD.get)
+    assert tuner.current == 2
+    assert run["spent"][1] < 0.5  # ~12 steps, not the ~7 s the probe interval alone takes
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_noise_does_not_flap(seed):
     """Steps off by +-25 % and one in twenty three times slower: the faster count keeps winning."""
     quiet, busy = two_cores(), two_cores()
-    run = drive(quiet, noisy(QUIET, seed), seconds=120)
+    rng = random.Random(seed)
+    run = drive(quiet, noisy(QUIET, seed), seconds=120, load=lambda _: 1 - abs(rng.gauss(0, 0.1)))
     assert quiet.switches == 0 and quiet.current == 2
     assert run["spent"][1] / sum(run["spent"].values()) < 0.03  # noise buys few extra probes
-    drive(busy, noisy(BUSY, seed), seconds=120)
+    drive(busy, noisy(BUSY, seed), seconds=120, load=lambda n: BUSY_LOAD[n] + rng.uniform(-0.2, 0.2))
     assert busy.switches == 1 and busy.current == 1
 
 
