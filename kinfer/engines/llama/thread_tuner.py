@@ -180,7 +180,7 @@ class ThreadTuner:
             return False
         loads = self._loads
         loads.append(min(1.0, cpu_seconds / seconds))
-        if len(loads) < loads.maxlen:  # type: ignore[operator]
+        if len(loads) < self.config.probe_steps:
             return False
         if self._load_base is None:
             self._load_base = statistics.median(loads)
