@@ -10,11 +10,12 @@ engine asks this controller before each decode step and tells it how the step we
 It runs at the current count and keeps that count's recent step times per batch size (a step's time
 depends on the rows in it, so only steps of equal size are compared). Every `probe_every_s` seconds
 of decoding it runs `probe_steps` steps at another candidate and compares them with the current
-count's median at the same batch size. A probe that wins by more than `margin` is confirmed by a
-second one before the switch (so noise does not flap), unless it halved the time; a probe that loses
-doubles the wait before the next one, up to `max_backoff` times, and a probe step `EARLY_LOSS` times
-slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the decode time on the
-slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
+count's median at the same batch size (the first probe once `window` steps say how the start runs:
+busy from the start, eight slow steps before the switch). A probe that wins by more than `margin` is
+confirmed by a second one before the switch (so noise does not flap), unless it halved the time; a
+probe that loses doubles the wait before the next one, up to `max_backoff` times, and a probe step
+`EARLY_LOSS` times slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the
+decode time on the slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
 
 Between probes it watches the current count. When each of its last `probe_steps` steps took
 `EARLY_LOSS` times its baseline (contention began), the next probe comes at once (busy from quiet:
@@ -109,7 +110,7 @@ class ThreadTuner:
         self.switches = 0
         self._recent: dict[int, deque[float]] = {}  # batch tokens -> recent step seconds, current count
         self._clock = 0.0  # decode seconds recorded so far
-        self._next_probe = config.probe_every_s
+        self._next_probe = 0.0  # the first probe as soon as a full window says how the start runs
         self._backoff = 1
         self._probe: _Probe | None = None
         self._wins = 0
@@ -158,7 +159,7 @@ class ThreadTuner:
             self._probe is None
             and self._clock >= self._next_probe
             and self._since_probe >= self.config.probe_steps
-            and len(recent) >= MIN_REFERENCE
+            and len(recent) >= (MIN_REFERENCE if self.probes else self.config.window)
         ):
             others = [c for c in self.config.candidates if c != self.current]
             self._probe = _Probe(others[self._turn % len(others)])
