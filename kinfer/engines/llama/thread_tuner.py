@@ -17,7 +17,7 @@ probe that loses doubles the wait before the next one, up to `max_backoff` times
 `EARLY_LOSS` times slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the
 decode time on the slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
 
-Between probes it watches the current count. When each of its last `probe_steps` steps took
+Between probes it watches the current count. When each of its last `watch` steps (4) took
 `EARLY_LOSS` times its baseline (contention began), the next probe comes at once (busy from quiet:
 four slow steps, then the switch). When the engine thread's CPU time over wall time in each of those
 steps left its settled level by `LOAD_SHIFT` (1.0 while the thread has its core; 0.35-0.75 on one
@@ -76,6 +76,11 @@ class TunerConfig:
         if self.probe_steps < 1 or self.window < MIN_REFERENCE or self.confirmations < 1:
             raise ValueError("probe_steps and confirmations must be >= 1, window >= 3")
 
+    @property
+    def watch(self) -> int:
+        """Steps that must all have moved before the tuner calls it a change (and a reference)."""
+        return max(self.probe_steps, MIN_REFERENCE)
+
     @classmethod
     def for_threads(cls, threads: int) -> TunerConfig | None:
         """The default tuning over `threads` cores (None: a single core leaves nothing to choose)."""
@@ -123,7 +128,7 @@ class ThreadTuner:
         self._since_base: dict[int, int] = {}
         # the engine thread's CPU time over wall time in the current count's last steps, and its level
         # when it last settled: 1.0 while nothing else wants the core, below when the OS shares it out
-        self._loads: deque[float] = deque(maxlen=config.probe_steps)
+        self._loads: deque[float] = deque(maxlen=config.watch)
         self._load_base: float | None = None
 
     @property
@@ -158,8 +163,8 @@ class ThreadTuner:
         if (
             self._probe is None
             and self._clock >= self._next_probe
-            and self._since_probe >= self.config.probe_steps
-            and len(recent) >= (MIN_REFERENCE if self.probes else self.config.window)
+            and self._since_probe >= (self.config.probe_steps if self.probes else self.config.window)
+            and len(recent) >= MIN_REFERENCE
         ):
             others = [c for c in self.config.candidates if c != self.current]
             self._probe = _Probe(others[self._turn % len(others)])
@@ -169,19 +174,19 @@ class ThreadTuner:
     def _restart(self, tokens: int, probe_at: float) -> None:
         """The machine changed: the older steps no longer say how this count runs, the next probe
         compares with the new ones."""
-        fresh = list(self._recent[tokens])[-self.config.probe_steps :]
+        fresh = list(self._recent[tokens])[-self.config.watch :]
         self._recent = {tokens: deque(fresh, maxlen=self.config.window)}
         self._next_probe = min(self._next_probe, probe_at)
         self._backoff = 1
         self._set_baseline({})
 
     def _load_moved(self, seconds: float, cpu_seconds: float | None) -> bool:
-        """Has every one of the last `probe_steps` steps' CPU share left its settled level?"""
+        """Has every one of the last `watch` steps' CPU share left its settled level?"""
         if cpu_seconds is None or seconds <= 0:
             return False
         loads = self._loads
         loads.append(min(1.0, cpu_seconds / seconds))
-        if len(loads) < self.config.probe_steps:
+        if len(loads) < self.config.watch:
             return False
         if self._load_base is None:
             self._load_base = statistics.median(loads)
@@ -204,14 +209,14 @@ class ThreadTuner:
 
     def _shift(self, tokens: int) -> float:
         """How far (a factor >= 1) the current count's steps at this size have moved from its baseline:
-        each of the last `probe_steps` steps for a large move, the last `window` steps' median for a
+        each of the last `watch` steps for a large move, the last `window` steps' median for a
         smaller one (1.0: no baseline, or too few steps since it to say)."""
         base = self._baseline.get(tokens)
         recent = list(self._recent.get(tokens, ()))
         fresh = recent[max(0, len(recent) - self._since_base.get(tokens, 0)) :]
-        if base is None or len(fresh) < self.config.probe_steps:
+        if base is None or len(fresh) < self.config.watch:
             return 1.0
-        last = fresh[-self.config.probe_steps :]
+        last = fresh[-self.config.watch :]
         quick = max(min(last) / base, base / max(last))  # every one of them moved (a spike is not)
         if quick >= EARLY_LOSS:
             return quick

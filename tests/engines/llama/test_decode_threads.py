@@ -46,8 +46,8 @@ def test_greedy_tokens_do_not_depend_on_the_thread_count_chosen_mid_reply(make_e
     tuned_engine = make_engine(threads=2, thread_tuning=RESTLESS)
     tuned = replies(tuned_engine)
     tuner = tuned_engine._threads.tuner
-    assert tuner is not None and tuner.probes >= 5
-    assert thread_counts.count(1) >= 5 and thread_counts.count(2) >= 5  # back and forth, mid-reply
+    assert tuner is not None and tuner.probes >= 3
+    assert thread_counts.count(1) >= 3 and thread_counts.count(2) >= 3  # back and forth, mid-reply
     assert one == two == tuned
     assert all(text for text in one.values())
 
