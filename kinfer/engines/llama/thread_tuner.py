@@ -115,7 +115,7 @@ class ThreadTuner:
         self.switches = 0
         self._recent: dict[int, deque[float]] = {}  # batch tokens -> recent step seconds, current count
         self._clock = 0.0  # decode seconds recorded so far
-        self._next_probe = 0.0  # the first probe as soon as a full window says how the start runs
+        self._next_probe = 0.0  # the first probe once `window` steps say how the start runs
         self._backoff = 1
         self._probe: _Probe | None = None
         self._wins = 0
@@ -151,7 +151,7 @@ class ThreadTuner:
         self._since_probe += 1
         self._since_base[tokens] = self._since_base.get(tokens, 0) + 1
         if tokens not in self._baseline and len(recent) == self.config.window:
-            self._set_baseline({tokens: statistics.median(recent)})
+            self._baseline[tokens], self._since_base[tokens] = statistics.median(recent), 0
         shift = self._shift(tokens)
         if self._load_moved(seconds, cpu_seconds):
             self._restart(tokens, self._probe_ended + self.config.probe_every_s * LOAD_GAP)
