@@ -13,9 +13,11 @@ of decoding it runs `probe_steps` steps at another candidate and compares them w
 count's median at the same batch size (the first probe once `window` steps say how the start runs:
 busy from the start, eight slow steps before the switch). A probe that wins by more than `margin` is
 confirmed by a second one before the switch (so noise does not flap), unless it halved the time; a
-probe that loses doubles the wait before the next one, up to `max_backoff` times, and a probe step
-`EARLY_LOSS` times slower ends it at once. On a quiet 2-core machine probes then run ~1.5 % of the
-decode time on the slower count (scripted timings, tests/engines/llama/test_thread_tuner.py).
+probe that loses doubles the wait before the next one, up to `max_backoff` times, and two probe
+steps in a row `EARLY_LOSS` times slower end it at once (one alone can be a hiccup: on a 2-core VM
+with a little load two threads had single 60-120 ms steps among 16 ms ones). On a quiet 2-core
+machine probes then run ~1.5 % of the decode time on the slower count (scripted timings,
+tests/engines/llama/test_thread_tuner.py).
 
 Between probes it watches the current count. When each of its last `watch` steps (4) took
 `EARLY_LOSS` times its baseline (contention began), the next probe comes at once (busy from quiet:
@@ -42,7 +44,7 @@ MAX_BACKOFF = 4  # the probe interval grows up to this many times while probes l
 WINDOW = 8  # recent step times kept per batch size at the current count
 MIN_REFERENCE = 3  # steps at a batch size before a probe may compare against them
 SHIFT = 1.5  # the current count's steps this much slower or faster than at the last probe: probe soon
-EARLY_LOSS = 2.0  # a probe step this many times slower ends the probe at once (2 threads, busy: ~4x)
+EARLY_LOSS = 2.0  # two probe steps in a row this many times slower end the probe (2 threads, busy: ~4x)
 LOAD_SHIFT = 0.25  # the engine thread's CPU share of a step moved this much: contention began or ended
 LOAD_GAP = 0.25  # ...then probe, no sooner than this share of an interval after the last probe
 
@@ -101,6 +103,7 @@ class Switch:
 class _Probe:
     threads: int
     steps: int = 0
+    slow_run: int = 0  # clearly slower steps in a row (one alone can be a hiccup of the machine)
     ratios: list[float] = field(default_factory=list)  # probe step time / reference, equal batch size
     samples: list[tuple[int, float]] = field(default_factory=list)  # (tokens, seconds)
 
@@ -234,7 +237,8 @@ class ThreadTuner:
         if reference is not None:
             probe.ratios.append(seconds / reference)
         clearly_slower = reference is not None and seconds > EARLY_LOSS * reference
-        if probe.steps < self.config.probe_steps and not clearly_slower:
+        probe.slow_run = probe.slow_run + 1 if clearly_slower else 0
+        if probe.steps < self.config.probe_steps and probe.slow_run < 2:
             return None
         self._probe = None
         self._since_probe, self._probe_ended = 0, self._clock

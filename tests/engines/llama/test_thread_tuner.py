@@ -111,15 +111,27 @@ def test_contention_that_begins_right_after_a_probe_is_seen_within_four_steps():
     assert tuner.current == 1 and run["spent"][2] <= 4 * BUSY[2] + 1e-9
 
 
-def test_on_a_busy_machine_a_probe_of_every_thread_stops_after_one_step():
-    """Two threads beside busy processes are four times slower: one step says enough."""
+def test_on_a_busy_machine_a_probe_of_every_thread_stops_after_two_steps():
+    """Two threads beside busy processes are four times slower: two steps in a row say enough."""
     tuner = two_cores()
     drive(tuner, table(BUSY), seconds=10)
     probes = tuner.probes
     run = drive(tuner, table(BUSY), seconds=120)
     assert tuner.probes > probes and tuner.current == 1
-    assert run["spent"][2] == pytest.approx((tuner.probes - probes) * BUSY[2])
+    assert run["spent"][2] == pytest.approx((tuner.probes - probes) * 2 * BUSY[2])
     assert run["spent"][2] / sum(run["spent"].values()) < 0.03
+
+
+def test_one_slow_step_is_a_hiccup_not_a_loss():
+    """On one thread of a nearly quiet machine, two threads are faster but now and then one of their
+    steps is hit hard (another process woke up): the probe still wins and the tuner comes back."""
+    tuner = two_cores()
+    drive(tuner, table(BUSY), seconds=10)
+    assert tuner.current == 1
+    steps = iter(range(1_000_000))
+    hiccups = lambda threads, tokens: (0.100 if next(steps) % 5 == 0 else 0.016) if threads == 2 else 0.024  # noqa: E731
+    drive(tuner, hiccups, seconds=20)
+    assert tuner.current == 2
 
 
 def test_when_the_contention_ends_it_comes_back_to_every_thread():
@@ -149,7 +161,8 @@ def test_noise_does_not_flap(seed):
     rng = random.Random(seed)
     run = drive(quiet, noisy(QUIET, seed), seconds=120, load=lambda _: 1 - abs(rng.gauss(0, 0.1)))
     assert quiet.switches == 0 and quiet.current == 2
-    assert run["spent"][1] / sum(run["spent"].values()) < 0.03  # noise buys few extra probes
+    # noise buys few extra probes (quiet and steady: 1.3 %, test above; this noise: 2.4-3.4 %)
+    assert run["spent"][1] / sum(run["spent"].values()) < 0.04
     drive(busy, noisy(BUSY, seed), seconds=120, load=lambda n: BUSY_LOAD[n] + rng.uniform(-0.2, 0.2))
     assert busy.switches == 1 and busy.current == 1
 
