@@ -5,7 +5,11 @@ model. On a quiet machine every core is fastest. When other processes want the c
 deschedules one of ggml's threads and each barrier waits a time slice for it; one thread has no
 barrier to wait at and then wins by far (measured on a 2-core VM with a busy process per core: a
 one-row step took ~120 ms on 2 threads, ~30 ms on 1). No fixed count is right for both, so the
-engine asks this controller before each decode step and tells it how the step went.
+engine asks this controller before each decode step and tells it how the step went. Neither count
+stays best under contention either: beside two busy processes on two cores one thread gets about
+two thirds of a core, while two threads swing between a stall at every barrier and, when the OS
+happens to run them together, a whole core's worth (one row, same VM: 3-34 tok/s on two threads,
+20-27 on one). So the tuner keeps probing the other counts while contended too.
 
 It runs at the current count and keeps that count's recent step times per batch size (a step's time
 depends on the rows in it, so only steps of equal size are compared). Every `probe_every_s` seconds
