@@ -6,7 +6,8 @@ the decode thread tuner.
 
 For each policy (alternating, ABAB over `--rounds`): start `kinfer --headless` on the bundled SmolLM2
 with that OpenMP wait policy in its environment (`default`: what kinfer sets by itself; `ACTIVE` /
-`PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`) and `--threads`, or with kinfer's own wait
+`PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`) and `--threads` (0, the default, leaves the
+thread tuner on), or with kinfer's own wait
 and a thread policy (`tuned`: `--threads 0`, decode steps on the count the tuner picks; `fixed`:
 `--threads` = every core, the tuner off: what kinfer did before it), then at each of `--rows` concurrent
 streaming chats (end of turn ignored) measure the aggregate decode tok/s, first on a quiet machine, then
@@ -17,7 +18,7 @@ the last reply's end.
 Read the busy / quiet ratio per policy (goal: >= 50 % at 1 and 4 rows) and each policy's quiet speed
 against the others' (goal: within 10 % of the best). Each measurement also records the decode thread
 count the server showed after it (`kinfer_engine_threads`); `--after` measures once more, quiet, after
-the burners stop (the tuner should come back to every thread within ~10 s of decoding). Raw results
+the burners stop (the tuner should be back on every thread within a second of decoding). Raw results
 go to `--json`.
 """
 
