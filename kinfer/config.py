@@ -82,7 +82,12 @@ class Settings:
         flag="--memory-budget",
         group=ENGINE,
     )
-    threads: int = _setting(0, "llama.cpp: CPU threads (0: the cores available)", group=ENGINE)
+    threads: int = _setting(
+        0,
+        "llama.cpp: CPU threads (0: the cores available, decode steps on fewer while other processes "
+        "want them; N: fixed at N)",
+        group=ENGINE,
+    )
     embed_contexts: int = _setting(
         0,
         "llama.cpp on a CPU: embedding contexts decoding passes in parallel, sharing --threads "

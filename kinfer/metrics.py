@@ -41,6 +41,11 @@ class SchedulerCollector(Collector):
         budget = GaugeMetricFamily(
             "kinfer_engine_memory_budget_bytes", "The memory budget of a loaded model", labels=["model"]
         )
+        threads = GaugeMetricFamily(
+            "kinfer_engine_threads",
+            "CPU threads the engine's decode steps run on now (llama.cpp; follows the load unless --threads)",
+            labels=["model"],
+        )
         lookups = CounterMetricFamily("kinfer_prefix_lookups", "Prefix pool lookups", labels=["model"])
         hits = CounterMetricFamily(
             "kinfer_prefix_hits", "Prefix pool lookups that reused tokens", labels=["model"]
@@ -55,6 +60,8 @@ class SchedulerCollector(Collector):
             total.add_metric([model.name], model.rows_total)
             loaded.add_metric([model.name, model.engine], 1)
             step.add_metric([model.name], model.stats.tokens_last_step)
+            if model.stats.threads:
+                threads.add_metric([model.name], model.stats.threads)
             lookups.add_metric([model.name], model.stats.prefix_lookups)
             hits.add_metric([model.name], model.stats.prefix_hits)
             computed.add_metric([model.name], model.stats.prompt_tokens_total)
@@ -63,7 +70,7 @@ class SchedulerCollector(Collector):
                     budget.add_metric([model.name], value)
                 else:
                     memory.add_metric([model.name, kind], value)
-        yield from (busy, total, loaded, step, memory, budget, lookups, hits, computed)
+        yield from (busy, total, loaded, step, memory, budget, threads, lookups, hits, computed)
         outcomes = CounterMetricFamily("kinfer_requests", "Finished requests by outcome", labels=["outcome"])
         for outcome, count in sorted(snap.outcomes.items()):
             outcomes.add_metric([outcome], count)

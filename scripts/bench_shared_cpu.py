@@ -1,17 +1,25 @@
-"""Does kinfer's llama.cpp decode survive a shared CPU? Quiet vs busy, for OpenMP wait policies.
+"""Does kinfer's llama.cpp decode survive a shared CPU? Quiet vs busy, for OpenMP wait policies and
+the decode thread tuner.
 
     .venv/bin/python scripts/bench_shared_cpu.py --policy default --policy ACTIVE --rounds 2
+    .venv/bin/python scripts/bench_shared_cpu.py --policy tuned --policy fixed --rounds 2 --after
 
 For each policy (alternating, ABAB over `--rounds`): start `kinfer --headless` on the bundled SmolLM2
 with that OpenMP wait policy in its environment (`default`: what kinfer sets by itself; `ACTIVE` /
-`PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`), then at each of `--rows` concurrent
+`PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`) and `--threads` (0, the default, leaves the
+thread tuner on), or with kinfer's own wait
+and a thread policy (`tuned`: `--threads 0`, decode steps on the count the tuner picks; `fixed`:
+`--threads` = every core, the tuner off: what kinfer did before it), then at each of `--rows` concurrent
 streaming chats (end of turn ignored) measure the aggregate decode tok/s, first on a quiet machine, then
 with one busy competing process per core (a Python loop the benchmark starts and stops). Decode tok/s:
 the tokens streamed after each reply's first one, over the time from the first of those first tokens to
 the last reply's end.
 
 Read the busy / quiet ratio per policy (goal: >= 50 % at 1 and 4 rows) and each policy's quiet speed
-against the others' (goal: within 10 % of the best). Raw results go to `--json`.
+against the others' (goal: within 10 % of the best). Each measurement also records the decode thread
+count the server showed after it (`kinfer_engine_threads`); `--after` measures once more, quiet, after
+the burners stop (the tuner should be back on every thread within a second of decoding). Raw results
+go to `--json`.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -101,8 +110,26 @@ def decode_rate(url: str, model: str | None, rows: int, tokens: int) -> dict:
     }
 
 
+def threads_shown(url: str) -> float | None:
+    """The decode thread count the server's /metrics shows (None: no llama.cpp model on a CPU)."""
+    found = re.search(r"^kinfer_engine_threads\{[^}]*\} ([\d.]+)$", httpx.get(url + "/metrics").text, re.M)
+    return float(found[1]) if found else None
+
+
+def measured(url: str, model: str | None, rows: int, tokens: int) -> dict:
+    return decode_rate(url, model, rows, tokens) | {"threads_after": threads_shown(url)}
+
+
+def policy_threads(policy: str, args: argparse.Namespace) -> int:
+    if policy == "tuned":
+        return 0
+    if policy == "fixed":
+        return args.threads or len(os.sched_getaffinity(0))
+    return args.threads
+
+
 def policy_env(policy: str) -> dict[str, str]:
-    if policy == "default":
+    if policy in ("default", "tuned", "fixed"):
         return {}
     if policy.startswith("spin="):
         return {"GOMP_SPINCOUNT": policy.removeprefix("spin=")}
@@ -117,7 +144,7 @@ def run_policy(policy: str, args: argparse.Namespace) -> list[dict]:
         weights=bundled_gguf(),
         parallel=max(args.rows),
         ctx=2048,
-        threads=args.threads,
+        threads=policy_threads(policy, args),
         log_dir=logs,
         env=env,
         label=policy,
@@ -125,18 +152,21 @@ def run_policy(policy: str, args: argparse.Namespace) -> list[dict]:
         url, model = server.target.url, server.target.model
         decode_rate(url, model, 1, 8)  # warm-up
         for rows in args.rows:
-            quiet = decode_rate(url, model, rows, args.tokens)
+            quiet = measured(url, model, rows, args.tokens)
             with Burners():
-                busy = decode_rate(url, model, rows, args.tokens)
+                busy = measured(url, model, rows, args.tokens)
             ratio = round(busy["tok_s"] / quiet["tok_s"], 3)
             result = {
                 "policy": policy,
                 "env": env,
+                "threads": policy_threads(policy, args),
                 "rows": rows,
                 "quiet": quiet,
                 "busy": busy,
                 "busy_over_quiet": ratio,
             }
+            if args.after:
+                result["after"] = measured(url, model, rows, args.tokens)
             print(json.dumps(result), flush=True)
             results.append(result)
     return results
@@ -151,6 +181,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=64, help="max_tokens of each reply")
     parser.add_argument("--threads", type=int, default=0, help="kinfer --threads (0: its default)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--after", action="store_true", help="measure quiet again after the burners stop")
     parser.add_argument("--json", type=Path, default=Path("docs/benchmarks/shared-cpu.json"))
     args = parser.parse_args()
     args.rows = [int(r) for r in args.rows.split(",")]
@@ -166,17 +197,19 @@ def main() -> int:
         "machine": machine_info(),
         "started": started,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "settings": {"rows": args.rows, "tokens": args.tokens, "threads": args.threads},
+        "settings": {"rows": args.rows, "tokens": args.tokens, "threads": args.threads, "after": args.after},
         "runs": runs,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
-    print("| policy | rows | quiet tok/s | busy tok/s | busy / quiet |")
-    print("|---|---:|---:|---:|---:|")
+    print("| policy | rows | quiet tok/s | busy tok/s | busy / quiet | threads quiet / busy | after tok/s |")
+    print("|---|---:|---:|---:|---:|---|---:|")
     for run in runs:
+        after = run.get("after")
+        shown = f"{run['quiet']['threads_after']} / {run['busy']['threads_after']}"
         print(
             f"| {run['policy']} | {run['rows']} | {run['quiet']['tok_s']} | {run['busy']['tok_s']} "
-            f"| {run['busy_over_quiet']:.0%} |"
+            f"| {run['busy_over_quiet']:.0%} | {shown} | {after['tok_s'] if after else '-'} |"
         )
     return 0
 

@@ -121,6 +121,8 @@ class EngineStats:
     prefix_lookups: int = 0
     prefix_hits: int = 0
     steps_total: int = 0
+    # CPU threads llama.cpp's decode steps run on now (the thread tuner's choice; 0: not a CPU count)
+    threads: int = 0
     # the memory account (engines/memory_account.py: MemoryAccount.as_dict()), plus "peak" where known and
     # counts that are not bytes (MLX's kv_blocks_used / kv_blocks_total)
     memory: dict[str, int] = field(default_factory=dict)

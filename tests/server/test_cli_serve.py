@@ -95,6 +95,8 @@ def test_headless_serves_ps_shows_and_sigterm_stops(headless, tmp_path: Path):
     for kind in ("weights", "kv", "scratch", "total"):
         assert f'kinfer_engine_memory_bytes{{kind="{kind}",model="smollm2:135m"}}' in metrics
     assert 'kinfer_engine_memory_budget_bytes{model="smollm2:135m"}' in metrics
+    # KINFER_THREADS fixes the count: the decode thread tuner stays off
+    assert 'kinfer_engine_threads{model="smollm2:135m"} 1.0' in metrics
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     output = process.stdout.read()

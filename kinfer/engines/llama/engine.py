@@ -18,6 +18,7 @@ import heapq
 import logging
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
 from kinfer.engines.llama import choices, native
 from kinfer.engines.llama.chunking import chunk_end
+from kinfer.engines.llama.decode_threads import DecodeThreads
 from kinfer.engines.llama.embed import embedding_spec, tokenize_special
 from kinfer.engines.llama.embed_context import LlamaEmbedder
 from kinfer.engines.llama.logits import RowLogits
@@ -32,6 +34,7 @@ from kinfer.engines.llama.memory import BufferSizes, device_budget, gguf_state_b
 from kinfer.engines.llama.prefix import PrefixPool
 from kinfer.engines.llama.rows import Row, RowKey
 from kinfer.engines.llama.sizing import SizePlan, plan_size
+from kinfer.engines.llama.thread_tuner import TunerConfig
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.prefill_budget import PrefillBudget
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
@@ -49,7 +52,9 @@ class LlamaEngine:
     step_tokens: tokens per forward pass, generating rows first, then prompt chunks (0 = 2048); a
     smaller budget keeps generating rows moving while long prompts prefill. step_budget_ms: the
     step time prompt chunks fit in while rows generate (0: automatic; prefill_budget.py). min_ctx:
-    raises an automatic ctx to a request's larger one (sizing.plan_size).
+    raises an automatic ctx to a request's larger one (sizing.plan_size). thread_tuning: how decode
+    steps choose their thread count on a CPU ("auto": thread_tuner.py's default with automatic
+    threads, off with a fixed count or a GPU; a TunerConfig: that one; None: off).
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class LlamaEngine:
         step_budget_ms: float = 0.0,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
+        thread_tuning: TunerConfig | Literal["auto"] | None = "auto",
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -104,6 +110,11 @@ class LlamaEngine:
                 gpu=gpu and gpu_layers != 0,
             )
             self._batch = native.TokenBatch(plan.n_batch)
+            # a user's --threads N is the override; on a GPU the thread count hardly matters
+            if thread_tuning == "auto":
+                auto = threads <= 0 and not (gpu and gpu_layers != 0)
+                thread_tuning = TunerConfig.for_threads(plan.threads) if auto else None
+            self._threads = DecodeThreads(self._ctx, plan.threads, thread_tuning)
             # prompt chunks beside generating rows keep to the step time budget (not the memory budget)
             self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
         except BaseException:
@@ -150,13 +161,14 @@ class LlamaEngine:
         self._logits = RowLogits(self._vocab, plan.rows)  # bias, grammar masks, logprobs
         self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         log.info(
-            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads, gpu offload %s",
+            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads%s, gpu offload %s",
             name,
             facts.architecture,
             plan.rows,
             self._row_len,
             plan.pool_slots,
             plan.threads,
+            " (decode steps: as many as the load allows)" if self._threads.tuner else "",
             "on" if gpu and gpu_layers != 0 else "off",
         )
 
@@ -278,7 +290,10 @@ class LlamaEngine:
             at = [batch.add(row.pending, len(row.tokens), row.seq, True) for row in generating]
             # constrained rows' masks are computed on another thread while llama_decode runs
             self._logits.prefetch(generating)
+            self._threads.start_decode()
             decoded = self._decode(generating, changed)
+            if decoded:
+                self._threads.decoded(batch.n)
             self._logits.wait()
             if decoded:
                 for row, index in zip(generating, at, strict=True):
@@ -304,6 +319,7 @@ class LlamaEngine:
             for pos in range(start, end):
                 batch.add(prompt[pos], pos, row.seq, wants_logits and pos == last)
             done += batch.n
+            self._threads.for_prompt()
             chunk_began = time.perf_counter()
             if not self._decode([row], changed):
                 continue
@@ -317,7 +333,7 @@ class LlamaEngine:
             elif not row.prefilling:  # max_tokens 0: the prompt was all there was to do
                 changed[row.key] = self._finish(row, "length", flush=True)
             else:
-                changed[row.key] = self._update(row)
+                changed[row.key] = row.update()
         if generating:
             self._pacer.took(done - len(generating))
         if done:
@@ -373,20 +389,7 @@ class LlamaEngine:
             # no more tokens asked for, or no cell left to feed this one back in: the row is full
             return self._finish(row, "length", text=scan.text, new_tokens=1, flush=True, lp=lp)
         row.pending = token
-        return self._update(row, text=scan.text, new_tokens=1, lp=lp)
-
-    def _update(
-        self, row: Row, *, text: str = "", new_tokens: int = 0, lp: tuple[TokenLogprob, ...] = ()
-    ) -> JobUpdate:
-        return JobUpdate(
-            job_id=row.job.job_id,
-            text=text,
-            new_tokens=new_tokens,
-            prompt_processed=row.prompt_processed,
-            reused_tokens=row.reused,
-            choice=row.choice,
-            logprobs=lp,
-        )
+        return row.update(text=scan.text, new_tokens=1, lp=lp)
 
     def _finish(
         self,
@@ -446,6 +449,7 @@ class LlamaEngine:
             prefix_lookups=pool.lookups if pool else 0,
             prefix_hits=pool.hits if pool else 0,
             steps_total=c["steps"],
+            threads=self._threads.decoding,
             memory=llama_account(
                 native.buffer_sizes(self._model)
                 + native.buffer_sizes(self._ctx)

@@ -11,6 +11,10 @@ fast as spinning; busy, 9.6-30.6 (spinning: 0.8-16). `OMP_WAIT_POLICY=PASSIVE` (
 steadier busy speed (18-33) but cost a quarter of the quiet one-row speed (45-52), and put kinfer at
 0.63-0.70x llama-server's one-stream tok/s where this keeps 0.84-0.93x.
 
+The wait is half of it: with two threads on two busy cores every barrier still waits for a thread
+the OS descheduled, so decode steps also move to fewer threads while that is faster
+(thread_tuner.py, decode_threads.py).
+
 libgomp reads its environment once, when it loads, so this module must be imported before llama_cpp
 (every module of kinfer that imports llama_cpp imports this first). A user's own `OMP_WAIT_POLICY` or
 `GOMP_SPINCOUNT` wins: that is the override.

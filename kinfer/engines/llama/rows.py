@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from kinfer.constrain.runtime import RowGrammar
-from kinfer.engines.base import GenerationJob
+from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.llama.native import has_penalties
 from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.protocol import TokenLogprob
 
 RowKey = tuple[str, int]  # (job id, choice)
 
@@ -74,3 +75,15 @@ class Row:
         grammar = self.grammar
         masked = grammar is not None and (grammar.active or grammar.blocks_eos)
         return masked or self.bias is not None or self.job.sampling.logprobs is not None
+
+    def update(self, *, text: str = "", new_tokens: int = 0, lp: tuple[TokenLogprob, ...] = ()) -> JobUpdate:
+        """What a step did for this row that did not end it."""
+        return JobUpdate(
+            job_id=self.job.job_id,
+            text=text,
+            new_tokens=new_tokens,
+            prompt_processed=self.prompt_processed,
+            reused_tokens=self.reused,
+            choice=self.choice,
+            logprobs=lp,
+        )
