@@ -421,17 +421,13 @@ class LlamaEngine:
                 heapq.heappush(self._free_seqs, seq)
                 self._finished.append(JobUpdate(row.job.job_id, finish=reason, choice=choice))
             row.reserved = []
-        return JobUpdate(
-            job_id=row.job.job_id,
+        return row.update(
             text=text,
             new_tokens=new_tokens,
-            prompt_processed=row.prompt_processed,
-            reused_tokens=row.reused,
+            lp=lp,
             finish=reason,
             stop_string=stop_string,
             error=error if reason == "error" else None,
-            choice=row.choice,
-            logprobs=lp,
         )
 
     # ---- stats and teardown -------------------------------------------------------------------

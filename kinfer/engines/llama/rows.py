@@ -9,7 +9,7 @@ from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.llama.native import has_penalties
 from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
-from kinfer.protocol import TokenLogprob
+from kinfer.protocol import FinishReason, TokenLogprob
 
 RowKey = tuple[str, int]  # (job id, choice)
 
@@ -76,14 +76,26 @@ class Row:
         masked = grammar is not None and (grammar.active or grammar.blocks_eos)
         return masked or self.bias is not None or self.job.sampling.logprobs is not None
 
-    def update(self, *, text: str = "", new_tokens: int = 0, lp: tuple[TokenLogprob, ...] = ()) -> JobUpdate:
-        """What a step did for this row that did not end it."""
+    def update(
+        self,
+        *,
+        text: str = "",
+        new_tokens: int = 0,
+        lp: tuple[TokenLogprob, ...] = (),
+        finish: FinishReason | None = None,
+        stop_string: str | None = None,
+        error: str | None = None,
+    ) -> JobUpdate:
+        """What a step did for this row (`finish` set: the step ended it)."""
         return JobUpdate(
             job_id=self.job.job_id,
             text=text,
             new_tokens=new_tokens,
             prompt_processed=self.prompt_processed,
             reused_tokens=self.reused,
+            finish=finish,
+            stop_string=stop_string,
+            error=error,
             choice=self.choice,
             logprobs=lp,
         )
