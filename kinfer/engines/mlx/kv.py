@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from kinfer.engines.mlx import sdpa_buckets
 from kinfer.engines.mlx.hooks import reroute
 from kinfer.engines.mlx.kernels import fused_decode_available, paged_decode_attention
 
@@ -106,12 +107,6 @@ class PagedLayer:
             self.values = _grow(self.values, extra)
         self._blocks = blocks
 
-    def copy_block(self, src: int, dst: int) -> None:
-        if self.keys is not None:
-            size = self.heads * BLOCK
-            for pool in (self.keys, self.values):
-                pool[dst * size : (dst + 1) * size] = pool[src * size : (src + 1) * size]
-
     def write(self, keys: mx.array, values: mx.array, layout: PassLayout) -> None:
         """Store new K/V [B, kv_heads, L, dim] at the layout's token slots."""
         heads = keys.shape[1]
@@ -128,6 +123,26 @@ class PagedLayer:
         # the scatters update the pools in place (their old arrays have no other reference)
         self.keys[rows] = keys.astype(self.keys.dtype)
         self.values[rows] = values.astype(self.values.dtype)
+
+
+def copy_block(layers: list[PagedLayer], src: int, dst: int) -> None:
+    """Copy block `src` to block `dst` in every layer's pools.
+
+    The source blocks are copied out and evaluated first: a slice of a pool assigned back into the same
+    pool shares the pool's buffer, so MLX cannot update the pool in place and copies all of it, every
+    layer's keys and values for each copied block (2 s for a 2 GiB pool on a CPU; on the H200 it made
+    a step that adopted prefixes take ~100 ms and the active memory balloon)."""
+    moves = []
+    for layer in layers:
+        if layer.keys is None:
+            continue
+        size = layer.heads * BLOCK
+        pieces = [pool[src * size : (src + 1) * size] * 1 for pool in (layer.keys, layer.values)]
+        moves.append((layer, size, pieces))
+    mx.eval([piece for _, _, pieces in moves for piece in pieces])
+    for layer, size, (keys, values) in moves:
+        layer.keys[dst * size : (dst + 1) * size] = keys
+        layer.values[dst * size : (dst + 1) * size] = values
 
 
 def _grow(pool: mx.array, rows: int) -> mx.array:
@@ -405,6 +420,8 @@ def _merge_blocks(partial, peak, total, row, batch, sinks, kv_heads, group) -> m
 
 
 def _sdpa(queries, keys, values, scale, mask, sinks):
+    if sdpa_buckets.enabled():  # CUDA: a cuDNN graph per shape, so a few shapes (sdpa_buckets.py)
+        return sdpa_buckets.bucketed_sdpa(queries, keys, values, scale, mask, sinks)
     if sinks is None:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)

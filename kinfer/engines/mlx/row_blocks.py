@@ -17,7 +17,7 @@ from dataclasses import replace
 import mlx.core as mx
 
 from kinfer.engines.base import JobUpdate, choice_sampling
-from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.kv import BLOCK, copy_block
 from kinfer.engines.mlx.rows import Row
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, needs_penalties
 from kinfer.engines.mlx.state import StateSlots
@@ -69,8 +69,7 @@ class RowBlocks:
         self._alloc.hold(row.blocks)
         if part:
             (block,) = self._take_blocks(1)
-            for layer in self._paged:
-                layer.copy_block(blocks[whole], block)
+            copy_block(self._paged, blocks[whole], block)
             row.blocks.append(block)
         row.fed = shared
         row.reused = reused

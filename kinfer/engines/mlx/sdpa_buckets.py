@@ -1,0 +1,131 @@
+"""Prefill attention in a few shapes: MLX's CUDA backend builds a cuDNN graph per attention shape.
+
+On a CUDA GPU `mx.fast.scaled_dot_product_attention` runs cuDNN's fused attention, and MLX builds (and
+caches, 256 at most) one cuDNN graph per exact shape of q / k / v. Building one costs the host ~66 ms
+(H200, measured op by op: a first call at a new length 66 ms, the same shape again 0.3 ms; matmuls, norms,
+RoPE and gathers at a new shape cost well under 1 ms). A prefill pass has whatever shape its prompts give
+it (rows x chunk length, and the context a continued chunk attends to), so nearly every pass of a burst
+of different prompts was a new graph: steps of 200-300 ms instead of ~12 ms, first tokens many seconds
+late, and a long prompt stalling the streaming rows whenever its chunk met a new context length.
+
+So on CUDA every prefill attention call is padded to a bucket: rows to a power of two, query and key
+lengths to `bucket` (a quarter octave: <= 25 % padding, four sizes per doubling). Padded keys are
+masked out and padded queries / rows are sliced off, so the real rows' results are the same attention
+over the same keys. Masks become explicit boolean arrays whenever padding would move a causal mask's
+diagonal. Decode attention does not come here (kinfer's paged decode kernel has no per-shape cost).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kinfer.engines.mlx.kernels import on_cuda_gpu
+
+MIN_BUCKET = 16
+STEPS_PER_OCTAVE = 4
+
+_enabled: bool | None = None  # None: decided on first use (on a CUDA GPU only)
+
+
+def enabled() -> bool:
+    """Whether prefill attention is padded to buckets: on a CUDA GPU (see the module doc)."""
+    global _enabled
+    if _enabled is None:
+        _enabled = on_cuda_gpu()
+    return _enabled
+
+
+def set_enabled(value: bool | None) -> None:
+    """Force the buckets on or off (tests run them on the CPU); None: back to the device's default."""
+    global _enabled
+    _enabled = value
+
+
+def bucket(n: int) -> int:
+    """The smallest size >= n of the ladder 16, 20, 24, 28, 32, 40, 48, ...: four per doubling."""
+    if n <= MIN_BUCKET:
+        return MIN_BUCKET
+    top = 1 << (n - 1).bit_length()  # the power of two at or above n
+    step = max(1, top // (2 * STEPS_PER_OCTAVE))
+    return -(-n // step) * step
+
+
+def row_bucket(n: int) -> int:
+    """Rows of a pass: the next power of two."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def bucketed_sdpa(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    scale: float,
+    mask: str | mx.array | None,
+    sinks: mx.array | None,
+) -> mx.array:
+    """`mx.fast.scaled_dot_product_attention` on padded inputs; the real part of its output.
+
+    queries [B, Hq, L, D]; keys / values [B, Hk, K, D]; mask: "causal" (bottom-right aligned, as MLX
+    reads it when L < K), a boolean array broadcastable to [B, 1 or Hq, L, K], or None."""
+    batch, _, length, _ = queries.shape
+    context = keys.shape[2]
+    rows, q_len = row_bucket(batch), bucket(length)
+    square_causal = isinstance(mask, str) and length == context
+    k_len = q_len if square_causal else bucket(context)
+    if (rows, q_len, k_len) == (batch, length, context):
+        return _sdpa(queries, keys, values, scale, mask, sinks)
+    q = _pad(queries, rows, q_len)
+    k, v = _pad(keys, rows, k_len), _pad(values, rows, k_len)
+    if square_causal:
+        # both lengths padded alike: the real queries still see exactly the real keys up to their own
+        padded_mask: str | mx.array | None = "causal"
+    else:
+        padded_mask = _padded_mask(mask, batch, length, context, rows, q_len, k_len)
+    out = _sdpa(q, k, v, scale, padded_mask, sinks)
+    return out[:batch, :, :length, :]
+
+
+def _pad(x: mx.array, rows: int, length: int) -> mx.array:
+    extra_rows, extra_len = rows - x.shape[0], length - x.shape[2]
+    if extra_rows == 0 and extra_len == 0:
+        return x
+    return mx.pad(x, [(0, extra_rows), (0, 0), (0, extra_len), (0, 0)])
+
+
+def _padded_mask(
+    mask: str | mx.array | None, batch: int, length: int, context: int, rows: int, q_len: int, k_len: int
+) -> mx.array:
+    """[1 or rows, 1 or heads, q_len, k_len] booleans: the real block as `mask` says (bottom-right causal
+    for "causal"), padded keys hidden from real queries; a padded query (or padded row) sees key 0 only (a
+    softmax over nothing is NaN, and NaN is best kept out of even a discarded row)."""
+    real = _real_mask(mask, length, context)
+    per_row = real.shape[0] > 1
+    if per_row and real.shape[0] != batch:
+        raise ValueError(f"attention mask rows {real.shape[0]} do not match the batch {batch}")
+    extra_rows = rows - batch if per_row else 0
+    widths = [(0, extra_rows), (0, 0), (0, q_len - length), (0, k_len - context)]
+    real = mx.pad(real, widths, constant_values=False)
+    empty = mx.arange(q_len)[:, None] >= length  # [q_len, 1]: padded queries
+    if per_row:
+        empty = (mx.arange(rows) >= batch)[:, None, None, None] | empty[None, None]
+    first_key = mx.arange(k_len) == 0
+    return mx.where(empty, first_key, real)
+
+
+def _real_mask(mask: str | mx.array | None, length: int, context: int) -> mx.array:
+    """`mask` as a [1 or B, 1 or heads, length, context] boolean array."""
+    if mask is None:
+        return mx.ones((1, 1, length, context), dtype=mx.bool_)
+    if isinstance(mask, str):
+        query_pos = mx.arange(length)[:, None] + (context - length)
+        return (mx.arange(context)[None, :] <= query_pos)[None, None]
+    real = mask.astype(mx.bool_)
+    while real.ndim < 4:
+        real = real[None]
+    return real
+
+
+def _sdpa(queries, keys, values, scale, mask, sinks):
+    if sinks is None:
+        return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)

@@ -1,0 +1,106 @@
+"""Prefill attention padded to a few shapes (sdpa_buckets.py): on CUDA each new attention shape costs a
+cuDNN graph build, so passes are padded to buckets; the real rows must get the same attention."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kinfer.engines.mlx import sdpa_buckets
+from kinfer.engines.mlx.sdpa_buckets import bucket, bucketed_sdpa, row_bucket
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_alone, run_jobs
+from tests.engines.mlx.test_engine import QUESTIONS
+
+HEADS, KV_HEADS, DIM = 4, 2, 16
+
+
+def test_the_ladder_pads_at_most_a_quarter_with_four_sizes_a_doubling():
+    sizes = [bucket(n) for n in range(1, 4097)]
+    assert all(size >= n for n, size in enumerate(sizes, start=1))
+    assert all(size <= max(16, 1.25 * n) for n, size in enumerate(sizes, start=1))
+    assert len(set(sizes)) <= 1 + 4 * 8  # 16, then four sizes in each doubling up to 4,096
+    assert [row_bucket(n) for n in (1, 2, 3, 5, 9, 64)] == [1, 2, 4, 8, 16, 64]
+
+
+def attention(batch: int, length: int, context: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+
+    def draw(*shape):
+        return mx.array(rng.standard_normal(shape).astype(np.float32))
+
+    return (
+        draw(batch, HEADS, length, DIM),
+        draw(batch, KV_HEADS, context, DIM),
+        draw(batch, KV_HEADS, context, DIM),
+    )
+
+
+def plain(q, k, v, mask, sinks=None):
+    if sinks is None:
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask, sinks=sinks)
+
+
+@pytest.mark.parametrize(
+    ("batch", "length", "context", "mask"),
+    [
+        (3, 37, 37, "causal"),  # fresh rows: padded alike, still plain causal
+        (1, 20, 53, "causal"),  # a continued chunk: causal from the bottom right
+        (2, 5, 19, None),
+        (1, 16, 16, "causal"),  # already a bucket: untouched
+    ],
+)
+def test_padded_attention_equals_the_unpadded(batch, length, context, mask):
+    q, k, v = attention(batch, length, context)
+    got = bucketed_sdpa(q, k, v, 0.25, mask, None)
+    assert got.shape == (batch, HEADS, length, DIM)
+    assert mx.allclose(got, plain(q, k, v, mask), atol=1e-5).item()
+
+
+def test_a_per_row_mask_and_sinks_survive_the_padding():
+    batch, length, context = 3, 10, 70
+    q, k, v = attention(batch, length, context, seed=1)
+    rng = np.random.default_rng(2)
+    mask = rng.random((batch, 1, length, context)) < 0.3
+    mask[..., 0] = True  # every query sees something
+    sinks = mx.array(rng.standard_normal(HEADS).astype(np.float32))
+    got = bucketed_sdpa(q, k, v, 0.25, mx.array(mask), sinks)
+    assert mx.allclose(got, plain(q, k, v, mx.array(mask), sinks), atol=1e-5).item()
+    assert not mx.isnan(got).any().item()
+
+
+@pytest.fixture
+def buckets_on():
+    sdpa_buckets.set_enabled(True)
+    yield
+    sdpa_buckets.set_enabled(None)
+
+
+def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
+    tiny_qwen3, make_mlx, buckets_on
+):
+    engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
+    system = "You are a careful assistant who answers in one short sentence. " * 3
+    seeds = [chat(QUESTIONS[1], system=system), chat(QUESTIONS[2], system=system + "Be brief. ")]
+    for i, seed in enumerate(seeds):  # the pool now holds two prefixes of different lengths
+        run_alone(engine, job(f"seed{i}", engine.tokenize(seed), max_tokens=2))
+    prompts = [
+        engine.tokenize(chat(QUESTIONS[1] + " And of Italy?", system=system)),
+        engine.tokenize(chat(QUESTIONS[2] + " Briefly.", system=system + "Be brief. ")),
+        engine.tokenize(chat(QUESTIONS[0])),
+        engine.tokenize(chat(QUESTIONS[1])),
+    ]
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
+    assert results["p0"].reused_tokens and results["p1"].reused_tokens
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
+
+
+def test_with_buckets_a_hybrid_models_replies_are_mlx_lms(tiny_qwen35, make_mlx, buckets_on):
+    engine = make_mlx(tiny_qwen35, rows=3, prefill_chunk=40)
+    prompts = [engine.tokenize(chat(question)) for question in QUESTIONS[:3]]
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, 8)[1], i
