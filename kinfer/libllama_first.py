@@ -8,12 +8,17 @@ thread or a worker thread, with and without the server's imports, with 256 MiB t
 the order mattered. `serve()` calls `load_libllama_first()` before it imports anything else (the CLI
 itself loads no numpy), so the server, the dashboard and every rank of a distributed model get the
 safe order, while `kinfer list` / `pull` / `can-run` still load no engine. Without llama-cpp-python
-(an MLX-only install) it does nothing. tests/test_library_order.py pins the order.
+(an MLX-only install) it does nothing; a llama-cpp-python whose library does not load (a broken
+build) costs the GGUF models only, with a warning, not the MLX ones. tests/test_library_order.py pins
+the order.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+
+log = logging.getLogger(__name__)
 
 
 def load_libllama_first() -> bool:
@@ -22,6 +27,10 @@ def load_libllama_first() -> bool:
     if importlib.util.find_spec("llama_cpp") is None:
         return False
     from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before libgomp loads)
-    import llama_cpp.llama_cpp  # noqa: F401  isort: skip
 
+    try:
+        import llama_cpp.llama_cpp  # noqa: F401  isort: skip
+    except (ImportError, OSError) as exc:  # the engine says so again when a GGUF is asked for
+        log.warning("llama.cpp's library did not load (%s): GGUF models cannot be served", exc)
+        return False
     return True

@@ -50,3 +50,11 @@ def test_llguidance_comes_after_libllama_whoever_imports_it(first_import):
         "print(names.index('llama_cpp') < names.index('llguidance'))"
     )
     assert run_probe(probe) == "True"
+
+
+def test_a_broken_llama_cpp_costs_the_gguf_models_only(monkeypatch, caplog):
+    from kinfer.libllama_first import load_libllama_first
+
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_cpp", None)  # its import now fails
+    assert load_libllama_first() is False
+    assert "GGUF models cannot be served" in caplog.text
