@@ -377,6 +377,22 @@ class Scheduler:
         loaded = self.find_loaded(name)
         return loaded is not None and await self._pool.unload_when_idle(loaded.key)
 
+    def forget_alias(self, alias: str, target: str) -> None:
+        """The alias `alias` of `target` was deleted: the model it reached stays loaded, named by its
+        target from now on when the alias was the name it was loaded by (so /api/ps never shows a
+        name the store no longer has)."""
+        loaded = self._pool.find(alias)
+        if loaded is None:
+            return
+        loaded.names.remove(alias)
+        if loaded.model.name == alias:
+            try:
+                loaded.model = self._resolve(target)
+            except KinferError:  # the target went too: its files' check unloads it
+                return
+            if loaded.model.name not in loaded.names:
+                loaded.names.insert(0, loaded.model.name)
+
     async def unload_matching(self, path_owner: Callable[[ModelRef], bool]) -> None:
         """Unload every loaded model for which `path_owner` says yes (rm of a loaded model)."""
         for loaded in self.loaded_models():

@@ -285,6 +285,8 @@ class KinferDashboard(App[int]):
         except KinferError as exc:
             self.notify(exc.message, severity="error", timeout=10)
             return
+        if self.scheduler is not None and model.alias_of is not None:
+            self.scheduler.forget_alias(model.name, model.alias_of)
         self.notify(f"deleted {model.name}")
         self.refresh_store()
 

@@ -72,3 +72,18 @@ def test_keep_alive_zero_on_the_alias_unloads_the_shared_model(counted):
     assert (unloaded.model, unloaded.done_reason) == ("my-smol", "unload")
     assert client.ps().models == []
     assert len(loads) == already  # the empty generate never loaded a second copy to unload it
+
+
+def test_deleting_the_alias_a_model_was_loaded_by_keeps_it_loaded_under_its_own_name(counted):
+    server, loads = counted
+    client = ollama.Client(host=server.url)
+    client.generate(model="smollm2", prompt="", keep_alive=0)  # start with nothing loaded
+    client.copy("smollm2:135m", "my-smol")
+    client.chat(model="my-smol", messages=HI, options=SHORT)
+    already = len(loads)
+
+    client.delete("my-smol")
+
+    assert [m.model for m in client.ps().models] == ["smollm2:135m"]
+    assert client.chat(model="smollm2", messages=HI, options=SHORT).model == "smollm2:135m"
+    assert len(loads) == already  # still the engine the alias loaded
