@@ -384,14 +384,13 @@ class Scheduler:
         loaded = self._pool.find(alias)
         if loaded is None:
             return
-        loaded.names.remove(alias)
         if loaded.model.name == alias:
             try:
                 loaded.model = self._resolve(target)
             except KinferError:  # the target went too: its files' check unloads it
                 return
-            if loaded.model.name not in loaded.names:
-                loaded.names.insert(0, loaded.model.name)
+        first = loaded.model.name
+        loaded.names[:] = [first] + [n for n in loaded.names if n not in (alias, first)]
 
     async def unload_matching(self, path_owner: Callable[[ModelRef], bool]) -> None:
         """Unload every loaded model for which `path_owner` says yes (rm of a loaded model)."""
