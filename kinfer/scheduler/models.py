@@ -8,6 +8,9 @@ files are gone.
 
 A caller that leaves while its model loads never orphans the engine: the load goes on without it and
 the model is kept for its keep-alive, like any other.
+
+Models are keyed by their files (`model_key`), not by name: an alias and the model it names share one
+engine, whichever is asked first; callers echo the name they asked by, never `loaded.name`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable
 from kinfer.config import Settings
 from kinfer.errors import Busy, EngineFailure, KinferError, ModelNotFound
 from kinfer.scheduler.jobs import Shutdown
-from kinfer.scheduler.records import EngineFactory, IsPresent, LoadedModel, ModelRef
+from kinfer.scheduler.records import EngineFactory, IsPresent, LoadedModel, ModelRef, model_key
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
 
 log = logging.getLogger(__name__)
@@ -45,8 +48,9 @@ class ModelPool:
         self._callbacks = callbacks
         self._is_present = is_present
         self._retry_after = retry_after
-        self.models: dict[str, LoadedModel] = {}
-        self.loading: dict[str, asyncio.Task[None]] = {}
+        self.models: dict[str, LoadedModel] = {}  # by model_key
+        self.loading: dict[str, asyncio.Task[None]] = {}  # by model_key
+        self._loading_as: dict[str, str] = {}  # model_key -> the name a load under way was asked by
 
     async def acquire(
         self, model: ModelRef, *, keep_alive: float | None = None, num_ctx: int | None = None
@@ -57,20 +61,21 @@ class ModelPool:
         --max-loaded room is bounded by --queue-timeout (then Busy)."""
         limit = self.settings.queue_timeout
         deadline = time.monotonic() + limit if limit > 0 else None
+        key = model_key(model)
         while True:
-            loaded = self.models.get(model.name)
+            loaded = self.models.get(key)
             if loaded is not None and not loaded.worker.alive:  # its thread ended (gave up after faults)
-                self.models.pop(model.name, None)
+                self.models.pop(key, None)
                 loaded = None
             if loaded is not None:
                 if loaded.removed or not self._is_present(loaded.model):
                     self._mark_removed(loaded)
                     raise ModelNotFound(f"model {model.name!r} was removed from the store")
+                if model.name not in loaded.names:
+                    loaded.names.append(model.name)
                 self.pin(loaded)
                 return loaded
-            task = self.loading.get(model.name) or await self._start_load(
-                model, keep_alive, num_ctx, deadline
-            )
+            task = self.loading.get(key) or await self._start_load(model, key, keep_alive, num_ctx, deadline)
             if task is not None:
                 await asyncio.shield(task)  # the load's error reaches every caller waiting for it
 
@@ -93,34 +98,41 @@ class ModelPool:
 
     # ---- loading -------------------------------------------------------------------------
 
+    def find(self, name: str) -> LoadedModel | None:
+        """The loaded model asked by `name` (its first name, or one it was asked by since)."""
+        return next((m for m in self.models.values() if name in m.names), None)
+
     async def _start_load(
-        self, model: ModelRef, keep_alive: float | None, num_ctx: int | None, deadline: float | None
+        self, model: ModelRef, key: str, keep_alive: float | None, num_ctx: int | None, deadline: float | None
     ) -> asyncio.Task[None] | None:
         """Make room (unload idle models, least recently used first) and start loading `model`.
         None when another caller got there first."""
         while len(self.models) + len(self.loading) >= max(1, self.settings.max_loaded):
-            if model.name in self.models or model.name in self.loading:
+            if key in self.models or key in self.loading:
                 return None
             idle = [m for m in self.models.values() if m.active == 0]
             if idle:
-                await self.unload(min(idle, key=lambda m: m.last_used).name)
+                await self.unload(min(idle, key=lambda m: m.last_used).key)
                 continue
             if deadline is not None and time.monotonic() > deadline:
-                busy = ", ".join(sorted(self.models) + sorted(self.loading))
+                names = sorted(m.name for m in self.models.values()) + sorted(self._loading_as.values())
+                busy = ", ".join(names)
                 raise Busy(
                     f"waited {self.settings.queue_timeout:.0f}s for {busy} to finish its requests "
                     f"before loading {model.name} (--max-loaded {self.settings.max_loaded})",
                     retry_after=self._retry_after(),
                 )
             await asyncio.sleep(ROOM_POLL_S)
-        if model.name in self.models or model.name in self.loading:
+        if key in self.models or key in self.loading:
             return None
-        task = asyncio.create_task(self._load(model, keep_alive, num_ctx), name=f"kinfer-load:{model.name}")
-        self.loading[model.name] = task
+        load = self._load(model, key, keep_alive, num_ctx)
+        task = asyncio.create_task(load, name=f"kinfer-load:{model.name}")
+        self.loading[key] = task
+        self._loading_as[key] = model.name
         task.add_done_callback(_consume_load_error)
         return task
 
-    async def _load(self, model: ModelRef, keep_alive: float | None, num_ctx: int | None) -> None:
+    async def _load(self, model: ModelRef, key: str, keep_alive: float | None, num_ctx: int | None) -> None:
         started = time.monotonic()
         worker = EngineWorker(
             model.name,
@@ -143,6 +155,7 @@ class ModelPool:
             default_keep = self.settings.keep_alive_seconds
             loaded = LoadedModel(
                 model=model,
+                key=key,
                 worker=worker,
                 info=info,
                 loaded_at=time.time(),
@@ -157,31 +170,33 @@ class ModelPool:
                 info.context_length,
                 loaded.load_seconds,
             )
-            self.models[model.name] = loaded
+            self.models[key] = loaded
             self.arm_keep_alive(loaded)  # owned from now on, whether or not its requester stayed
         finally:
-            self.loading.pop(model.name, None)
+            self.loading.pop(key, None)
+            self._loading_as.pop(key, None)
 
     # ---- unloading -----------------------------------------------------------------------
 
-    async def unload(self, name: str) -> bool:
-        """Stop the model's engine thread now; its in-flight requests fail with a clear error."""
-        loaded = self.models.pop(name, None)
+    async def unload(self, key: str) -> bool:
+        """Stop the engine thread of the model loaded under `key` (`LoadedModel.key`) now; its
+        in-flight requests fail with a clear error."""
+        loaded = self.models.pop(key, None)
         if loaded is None:
             return False
         await asyncio.to_thread(loaded.worker.stop)
-        log.info("unloaded %s", name)
+        log.info("unloaded %s", " = ".join(loaded.names))
         return True
 
-    async def unload_when_idle(self, name: str) -> bool:
+    async def unload_when_idle(self, key: str) -> bool:
         """Ollama's `keep_alive: 0`: unload now if idle, else as soon as the requests in flight end
         (never under another client's reply). False when the model is not loaded."""
-        loaded = self.models.get(name)
+        loaded = self.models.get(key)
         if loaded is None:
             return False
         loaded.keep_alive = 0
         if loaded.active == 0:
-            await self.unload(name)
+            await self.unload(key)
         return True
 
     async def forget_removed(self) -> None:
@@ -191,7 +206,7 @@ class ModelPool:
             if loaded.removed or not self._is_present(loaded.model):
                 self._mark_removed(loaded)
                 if loaded.active == 0:
-                    await self.unload(loaded.name)
+                    await self.unload(loaded.key)
 
     def _mark_removed(self, loaded: LoadedModel) -> None:
         if not loaded.removed:
@@ -204,16 +219,16 @@ class ModelPool:
     async def reap(self, now: float) -> None:
         """Unload what was removed, and the idle models whose keep-alive ran out."""
         await self.forget_removed()
-        for name, loaded in list(self.models.items()):
+        for key, loaded in list(self.models.items()):
             if loaded.active == 0 and loaded.expires_at is not None and now >= loaded.expires_at:
-                await self.unload(name)
+                await self.unload(key)
 
     async def close(self) -> None:
         # a load in progress ends by itself (its engine thread cannot be interrupted); then unload all
         while self.loading:
             await asyncio.gather(*self.loading.values(), return_exceptions=True)
-        for name in list(self.models):
-            await self.unload(name)
+        for key in list(self.models):
+            await self.unload(key)
 
 
 def _consume_load_error(task: asyncio.Task) -> None:

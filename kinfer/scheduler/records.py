@@ -6,6 +6,7 @@ scheduler's own record of a model with a live engine thread.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +30,29 @@ class ModelResolver(Protocol):
     def __call__(self, name: str | None) -> ModelRef: ...
 
 
+def model_key(model: ModelRef) -> str:
+    """What identifies a model's weights, the key of the loaded models: the real path of what its engine
+    loads, so an alias and its target (or two Ollama tags of one blob) share one engine, as Ollama keys
+    its runners by the model file. A ref without a path (a test's) is known by its name."""
+    path = getattr(model, "path", None)
+    if path is None:
+        return f"name:{model.name}"
+    return f"{model.format}:{os.path.realpath(path)}"
+
+
 EngineFactory = Callable[[ModelRef, Settings, int | None], Engine]
 IsPresent = Callable[[ModelRef], bool]  # are the model's files still there (`kinfer rm` elsewhere)?
 
 
 @dataclass
 class LoadedModel:
-    """A model with a live engine thread."""
+    """A model with a live engine thread, shared by every name that reaches its files (`key`).
+
+    `model` is the ref it was first loaded as: its name is the one /api/ps and the dashboard show.
+    `names`: every name requests have asked it by, in order (the dashboard marks each)."""
 
     model: ModelRef
+    key: str
     worker: EngineWorker
     info: ModelInfo
     loaded_at: float
@@ -47,6 +62,11 @@ class LoadedModel:
     expires_at: float | None = None  # monotonic deadline while idle; None = not idle or never
     load_seconds: float = 0.0
     removed: bool = False  # its files are gone: no new request reaches it, and it unloads when idle
+    names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.model.name not in self.names:
+            self.names.insert(0, self.model.name)
 
     @property
     def name(self) -> str:
@@ -64,6 +84,7 @@ class ModelSnapshot:
     size: int
     expires_in: float | None  # seconds until unload when idle; None = busy or never
     stats: EngineStats
+    names: tuple[str, ...] = ()  # every name it was asked by (an alias and its target share one engine)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from kinfer.scheduler.records import (
     ModelResolver,
     ModelSnapshot,
     SchedulerSnapshot,
+    model_key,
 )
 from kinfer.scheduler.stream import RequestStream
 from kinfer.scheduler.worker import WorkerCallbacks
@@ -158,15 +159,16 @@ class Scheduler:
         if 1 < request.n > loaded.info.rows:  # each choice takes a row: more could never be admitted
             self._unpin(loaded)
             raise InvalidRequest(
-                f"n: {loaded.name} decodes {loaded.info.rows} replies at once here; ask for at most "
+                f"n: {model.name} decodes {loaded.info.rows} replies at once here; ask for at most "
                 f"{loaded.info.rows} choices (or start kinfer with a larger --parallel)"
             )
         load_seconds = time.monotonic() - load_started
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._streams:
             job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
-        # the request's clock starts before the load, so total time includes it (Ollama's total_duration)
-        stream = RequestStream(request, job_id, loaded.name, on_cancel=self._cancel, arrived=load_started)
+        # the request's clock starts before the load, so total time includes it (Ollama's total_duration);
+        # the reply names the model as asked (an alias stays the alias), not as it was first loaded
+        stream = RequestStream(request, job_id, model.name, on_cancel=self._cancel, arrived=load_started)
         stream.load_seconds = load_seconds
         for observer in self.submitted:
             observer(stream)
@@ -227,7 +229,7 @@ class Scheduler:
         job_id = request.request_id or uuid.uuid4().hex
         if job_id in self._embeds or job_id in self._streams:
             job_id = f"{job_id}-{uuid.uuid4().hex[:8]}"
-        ticket = EmbedTicket(request, job_id, loaded.name)
+        ticket = EmbedTicket(request, job_id, model.name)
         ticket.load_seconds = time.monotonic() - started
         for observer in self.submitted:
             observer(ticket)
@@ -257,7 +259,7 @@ class Scheduler:
         self.embedded_tokens_total += ticket.prompt_tokens
         self._retire_embed(ticket, loaded)
         return EmbedResult(
-            model=loaded.name,
+            model=model.name,
             embeddings=finished,
             prompt_tokens=ticket.prompt_tokens,
             load_seconds=ticket.load_seconds,
@@ -343,30 +345,58 @@ class Scheduler:
     def _unpin(self, loaded: LoadedModel) -> None:
         self._pool.release(loaded)
 
-    async def load(self, name: str | None, *, keep_alive: float | None = None) -> LoadedModel:
-        """Ollama's empty-prompt generate: load (or refresh keep-alive) without generating."""
+    async def load(self, name: str | None, *, keep_alive: float | None = None) -> ModelRef:
+        """Ollama's empty-prompt generate: load (or refresh keep-alive) without generating.
+        Returns the model as `name` resolved (its name is the one to echo)."""
         self._refuse_when_draining()
-        loaded = await self.ensure_loaded(self._resolve(name), keep_alive=keep_alive)
+        model = self._resolve(name)
+        loaded = await self.ensure_loaded(model, keep_alive=keep_alive)
         if keep_alive is not None:
             loaded.keep_alive = keep_alive
         self._unpin(loaded)
         if keep_alive == 0 and loaded.active == 0:
-            await self.unload(loaded.name)
-        return loaded
+            await self._pool.unload(loaded.key)
+        return model
+
+    def find_loaded(self, name: str) -> LoadedModel | None:
+        """The loaded model `name` reaches, whatever name it was loaded as: an alias finds the model
+        loaded under its target's name and the other way round. None when it is not loaded."""
+        try:
+            model = self._resolve(name)
+        except KinferError:  # not in the store (any more): a name it was asked by still finds it
+            return self._pool.find(name)
+        return self._pool.models.get(model_key(model))
 
     async def unload(self, name: str) -> bool:
-        """Stop the model's engine thread now; its in-flight requests fail with a clear error."""
-        return await self._pool.unload(name)
+        """Stop the engine thread `name` reaches now; its in-flight requests fail with a clear error."""
+        loaded = self.find_loaded(name)
+        return loaded is not None and await self._pool.unload(loaded.key)
 
     async def unload_when_idle(self, name: str) -> bool:
         """Ollama's `keep_alive: 0`: unload once the requests in flight end, never under them."""
-        return await self._pool.unload_when_idle(name)
+        loaded = self.find_loaded(name)
+        return loaded is not None and await self._pool.unload_when_idle(loaded.key)
+
+    def forget_alias(self, alias: str, target: str) -> None:
+        """The alias `alias` of `target` was deleted: the model it reached stays loaded, named by its
+        target from now on when the alias was the name it was loaded by (so /api/ps never shows a
+        name the store no longer has)."""
+        loaded = self._pool.find(alias)
+        if loaded is None:
+            return
+        if loaded.model.name == alias:
+            try:
+                loaded.model = self._resolve(target)
+            except KinferError:  # the target went too: its files' check unloads it
+                return
+        first = loaded.model.name
+        loaded.names[:] = [first] + [n for n in loaded.names if n not in (alias, first)]
 
     async def unload_matching(self, path_owner: Callable[[ModelRef], bool]) -> None:
         """Unload every loaded model for which `path_owner` says yes (rm of a loaded model)."""
         for loaded in self.loaded_models():
             if path_owner(loaded.model):
-                await self.unload(loaded.name)
+                await self._pool.unload(loaded.key)
 
     async def forget_removed(self) -> None:
         """Models whose files `kinfer rm` removed elsewhere: unloaded when idle, no new requests."""
@@ -423,6 +453,7 @@ class Scheduler:
                     size=loaded.model.size,
                     expires_in=None if loaded.expires_at is None else max(0.0, loaded.expires_at - now),
                     stats=stats,
+                    names=tuple(loaded.names),
                 )
             )
         active = [s.snapshot(now) for s in self._streams.values()]

@@ -398,6 +398,8 @@ async def delete() -> Response:
     if not model.is_alias:  # an alias is only a name: the model behind it stays, loaded or not
         await rt.scheduler.unload_matching(lambda loaded: loaded.path == model.path)
     rt.store.remove(model.name)
+    if model.alias_of is not None:
+        rt.scheduler.forget_alias(model.name, model.alias_of)
     return Response("", status=200)
 
 

@@ -67,8 +67,8 @@ async def embed() -> Response:
     scheduler = runtime().scheduler
     keep_alive = keep_alive_seconds(body.keep_alive)
     if not inputs:
-        loaded = await scheduler.load(body.model, keep_alive=keep_alive)
-        return jsonify({"model": loaded.name, "embeddings": []})
+        model = await scheduler.load(body.model, keep_alive=keep_alive)
+        return jsonify({"model": model.name, "embeddings": []})
     request = EmbedRequest(
         model=body.model,
         inputs=inputs,

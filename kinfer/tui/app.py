@@ -191,7 +191,8 @@ class KinferDashboard(App[int]):
         self.query_one(StatusBar).show(sample)
         self.query_one(Gauges).show(sample, rates, self.rates.decode_history, self.rates.prompt_history)
         self.query_one(BatchTable).show(sample)
-        self.query_one(ModelTable).mark_loaded(frozenset(m.name for m in sample.scheduler.models))
+        names = frozenset(n for m in sample.scheduler.models for n in (m.names or (m.name,)))
+        self.query_one(ModelTable).mark_loaded(names)
         request_log = self.query_one(RequestLog)
         request_log.add_entries(sample.finished)
         if self.log_handler is not None:
@@ -244,9 +245,8 @@ class KinferDashboard(App[int]):
     @work(group="load")
     async def _toggle_load(self, model: StoredModel) -> None:
         assert self.scheduler is not None
-        loaded = {m.name for m in self.scheduler.loaded_models()}
         try:
-            if model.name in loaded:
+            if self.scheduler.find_loaded(model.name) is not None:  # under this name or another
                 await self.scheduler.unload(model.name)
                 self.notify(f"unloaded {model.name}")
             else:
@@ -278,13 +278,15 @@ class KinferDashboard(App[int]):
     @work(group="delete")
     async def _delete(self, model: StoredModel) -> None:
         assert self.store is not None
-        if self.scheduler is not None and any(m.name == model.name for m in self.scheduler.loaded_models()):
+        if self.scheduler is not None and not model.is_alias:  # an alias is only a name: its model stays
             await self.scheduler.unload(model.name)  # never delete files under a running engine
         try:
             await asyncio.to_thread(self.store.remove, model.name)
         except KinferError as exc:
             self.notify(exc.message, severity="error", timeout=10)
             return
+        if self.scheduler is not None and model.alias_of is not None:
+            self.scheduler.forget_alias(model.name, model.alias_of)
         self.notify(f"deleted {model.name}")
         self.refresh_store()
 

@@ -83,7 +83,10 @@ def sample_to_dict(sample: DashboardSample) -> dict[str, Any]:
 def sample_from_dict(data: dict[str, Any]) -> DashboardSample:
     sched = data["scheduler"]
     models = tuple(
-        ModelSnapshot(**{**model, "stats": EngineStats(**model["stats"])}) for model in sched["models"]
+        ModelSnapshot(
+            **{**model, "stats": EngineStats(**model["stats"]), "names": tuple(model.get("names", ()))}
+        )
+        for model in sched["models"]
     )
     scheduler = SchedulerSnapshot(
         **{

@@ -50,7 +50,8 @@ def make_scheduler(gguf: Path, threads: int) -> tuple[Scheduler, list[RecordingE
         engines.append(engine)
         return engine
 
-    return Scheduler(settings, lambda name: FakeModel("tiny-embed", path=gguf), factory), engines
+    # every name is the one GGUF: "tiny-embed" and its aliases
+    return Scheduler(settings, lambda name: FakeModel(name or "tiny-embed", path=gguf), factory), engines
 
 
 def texts(request: int) -> tuple[str, ...]:
@@ -84,3 +85,13 @@ async def test_concurrent_requests_spread_over_the_contexts_and_equal_their_solo
     finally:
         solo.close()
         await scheduler.close()
+
+
+async def test_an_alias_embeds_on_its_models_engine_and_the_result_names_the_alias(gguf: Path) -> None:
+    scheduler, engines = make_scheduler(gguf, threads=1)
+    first = await scheduler.embed(EmbedRequest("tiny-embed", ("a fox",)))
+    second = await scheduler.embed(EmbedRequest("my-embed", ("a fox",)))
+    assert (first.model, second.model) == ("tiny-embed", "my-embed")
+    assert len(engines) == 1
+    assert np.allclose(first.embeddings[0], second.embeddings[0])
+    await scheduler.close()

@@ -27,7 +27,12 @@ class FakeModel:
     path: Path = Path("/nonexistent")
 
 
-MODELS = {"alpha": FakeModel("alpha"), "beta": FakeModel("beta")}
+# models are told apart by their files: "my-alpha" is an alias of alpha (/api/copy), the same weights
+MODELS = {
+    "alpha": FakeModel("alpha", path=Path("/models/alpha.gguf")),
+    "my-alpha": FakeModel("my-alpha", path=Path("/models/alpha.gguf")),
+    "beta": FakeModel("beta", path=Path("/models/beta.gguf")),
+}
 
 
 def resolve(name: str | None) -> FakeModel:

@@ -97,3 +97,20 @@ async def test_t_toggles_between_the_dark_and_the_light_theme(store: Store) -> N
         assert pilot.app.theme == "textual-light"
         await pilot.press("t")
         assert pilot.app.theme == "textual-dark"
+
+
+async def test_an_alias_and_its_model_show_loaded_together(store: Store) -> None:
+    """They share one engine, whichever name loaded it (the scheduler keys models by their files)."""
+    store.copy("tiny-chat", "my-chat")
+    async with recorded_app([idle_sample()], store).run_test(size=SIZE) as pilot:
+        table = await listed(pilot)
+
+        def marked() -> list[str]:
+            return sorted(name for name in table.models if "●" in str(table.get_row(name)[0]))
+
+        table.mark_loaded(frozenset({"my-chat"}))  # loaded by the alias
+        assert marked() == ["my-chat", "tiny-chat"]
+        table.mark_loaded(frozenset({"tiny-chat"}))  # by the model's own name
+        assert marked() == ["my-chat", "tiny-chat"]
+        table.mark_loaded(frozenset({"tiny-q8"}))
+        assert marked() == ["tiny-q8"]

@@ -39,7 +39,7 @@ class ModelTable(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self.models: dict[str, StoredModel] = {}
         self.default_name: str | None = None
-        self.loaded: frozenset[str] = frozenset()
+        self.loaded: frozenset[str] = frozenset()  # the names the loaded models were asked by
         self._listing: tuple | None = None
 
     def on_mount(self) -> None:
@@ -64,10 +64,11 @@ class ModelTable(DataTable):
         self.models = {m.name: m for m in ordered}
         self.default_name = default_name
         self.clear()
+        marked = self._marked()
         width = min(NAME_WIDTH, max((len(m.name) for m in ordered), default=4))
         for model in ordered:
             self.add_row(
-                mark_text(model.name in self.loaded, model.name == default_name),
+                mark_text(model.name in marked, model.name == default_name),
                 Text(model.name[: width - 1] + "…" if len(model.name) > width else model.name),
                 fmt.size(model.size),
                 model.engine,
@@ -78,11 +79,18 @@ class ModelTable(DataTable):
             self.move_cursor(row=self.get_row_index(keep))
 
     def mark_loaded(self, names: frozenset[str]) -> None:
-        """Update the marks from the scheduler's loaded models (every tick; nothing to do when unchanged)."""
+        """Update the marks from the names the scheduler's loaded models were asked by (every tick;
+        nothing to do when unchanged)."""
         if names == self.loaded:
             return
-        changed = names ^ self.loaded
+        before = self._marked()
         self.loaded = names
-        for name in changed:
-            if name in self.models:
-                self.update_cell(name, "mark", mark_text(name in names, name == self.default_name))
+        after = self._marked()
+        for name in before ^ after:
+            self.update_cell(name, "mark", mark_text(name in after, name == self.default_name))
+
+    def _marked(self) -> frozenset[str]:
+        """The rows to mark loaded: a loaded name's row and every other name of the same model (an
+        alias and its target share one engine, whichever was asked)."""
+        loaded = {self.models[n].alias_of or n for n in self.loaded if n in self.models}
+        return frozenset(n for n, m in self.models.items() if (m.alias_of or n) in loaded)
