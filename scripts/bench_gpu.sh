@@ -15,6 +15,7 @@
 #   bash scripts/bench_gpu.sh sweep qwen3-0.6b                  # ~4 min
 #   bash scripts/bench_gpu.sh sweep qwen3.5-0.8b                # ~5 min
 #   bash scripts/bench_gpu.sh http                              # ~2 min
+#   bash scripts/bench_gpu.sh underload                         # ~6 min, MLX only (issue 18's GPU goals)
 # Results (JSON + markdown) go to $OUT (the run tool's output folder) or /tmp/kinfer-gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,12 +63,28 @@ constrained() {
     --rows 16 --rounds "${ROUNDS:-2}" 2>&1 | tee "$RESULTS/constrained-mlx.md"
 }
 
+# issue 18's GPU goals in one command (MLX only: needs no llama.cpp build): first tokens at 64 and 256
+# streams against mlx_lm.server, the memory account at 1/16/64 streams, a 50,000-token prompt beside 16
+# decoding rows; with the engine's step log (scripts/step_log) for the 256-stream burst
+underload() {
+  [ -f "$MODELS/qwen3.5-0.8b/config.json" ] || models
+  TARGETS=kinfer-mlx,mlx-lm LEVELS=64,256 sweep qwen3-0.6b
+  cp "$RESULTS/peers-qwen3-0.6b.json" "$RESULTS/ttft-qwen3-0.6b.json"
+  TARGETS=kinfer-mlx LEVELS=1,16,64 sweep qwen3.5-0.8b
+  cp "$RESULTS/peers-qwen3.5-0.8b.json" "$RESULTS/memory-qwen3.5-0.8b.json"
+  "$PY" scripts/bench_stalls.py --tree after=. --weights "$MODELS/qwen3.5-0.8b" --rows 16 --prompt-tokens "${STALL_PROMPT:-50000}" \
+    --ctx 65536 --threads 0 --rounds 1 --json "$RESULTS/stalls-50k-qwen3.5.json" 2>&1 | grep -v 'INFO\|HTTP Request'
+  KINFER_STEP_HOOK="$RESULTS/steps-256.log" KINFER_STEP_SLOW=0 PYTHONPATH="$PWD/scripts/step_log:$PYTHONPATH" \
+    "$PY" scripts/trace_ttft.py 256 "$TOKENS" "$MODELS/qwen3-0.6b" "$RESULTS/trace-256.json" 2>&1 | grep -v ' INFO '
+}
+
 case "${1:-all}" in
   models) models ;;
   sweep) sweep "${2:-}" ;;
   http) http ;;
   constrained) constrained ;;
+  underload) underload ;;
   all) models; for s in "${SIZES[@]}"; do sweep "$s"; done; http ;;
-  *) echo "usage: $0 models | sweep SIZE | http | constrained | all" >&2; exit 2 ;;
+  *) echo "usage: $0 models | sweep SIZE | http | constrained | underload | all" >&2; exit 2 ;;
 esac
 ls -la "$RESULTS"
