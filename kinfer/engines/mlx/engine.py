@@ -30,7 +30,7 @@ from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, fuse, kernels
+from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
@@ -145,8 +145,11 @@ class MlxEngine(RowBlocks):
             cache_limit=int(cache_limit_gb * (1 << 30)),
         )
         mx.set_cache_limit(self.plan.cache_limit)
+        # on CUDA decode passes are padded to a few row counts (shape_buckets.py); the padding rows all
+        # point at one scratch slot past the real ones, with a KV block and recurrent state of its own
+        self._pad_decode = shape_buckets.enabled()
         for layer in recurrent:
-            layer.rows = self.plan.rows
+            layer.rows = self.plan.rows + (1 if self._pad_decode else 0)
         self._eos = directory.eos_ids
         tok = self._tokenizer
         self.info = ModelInfo(
@@ -176,8 +179,12 @@ class MlxEngine(RowBlocks):
             if prefix_cache
             else None
         )
-        self._batch = StepBatch(self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size))
+        self._batch = StepBatch(
+            self.plan.rows, self.plan.ctx, model_vocab(self._model, tok.vocab_size), pad=self._pad_decode
+        )
         self._grow(self.plan.initial_blocks)
+        if self._pad_decode:  # the scratch slot's block: padding rows write their K/V there, never read
+            self._batch.set_table(self.plan.rows, self._take_blocks(1))
         # [rows, PENALTY_WINDOW_MAX] recent tokens of every row, once some request uses penalties
         self._history: mx.array | None = None
         self._rows: dict[tuple[str, int], Row] = {}
@@ -383,25 +390,30 @@ class MlxEngine(RowBlocks):
             self._ensure_blocks(row, row.fed + 1)
         layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
         inputs = batch.inputs(rows)
+        if plan.padding:
+            inputs = mx.concatenate([inputs.astype(mx.int32), mx.zeros((plan.padding,), dtype=mx.int32)])
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        if plan.padding:
+            logits = logits[: len(rows)]
         if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
             logits = logits.astype(mx.float32) + plan.bias
         if any(row.grammar is not None for row in rows):
             logits = self._constrain(logits, rows, updates)
         history = None
         if plan.sampling.penalties and self._history is not None:
-            history = self._history if plan.state_rows is None else self._history[plan.state_rows]
+            history = self._history if plan.history_rows is None else self._history[plan.history_rows]
         # the draw's random number comes from (seed, position): a row's draws ignore the rest of the batch
-        counters = None if plan.sampling.all_greedy else mx.array(layout.starts.astype(np.uint32))
+        starts = layout.starts[: len(rows)]
+        counters = None if plan.sampling.all_greedy else mx.array(starts.astype(np.uint32))
         tokens = sample(logits, plan.sampling, counters, history)
         if self._agree is not None:
             tokens = self._agree(tokens)
         if history is not None:
             updated = mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
-            if plan.state_rows is None:
+            if plan.history_rows is None:
                 self._history = updated
             else:
-                self._history[plan.state_rows] = updated
+                self._history[plan.history_rows] = updated
         # only rows that ask pay for a log-softmax (on the logits they sampled from)
         logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)

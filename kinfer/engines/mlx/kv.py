@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx import sdpa_buckets
+from kinfer.engines.mlx import sdpa_buckets, shape_buckets
 from kinfer.engines.mlx.hooks import reroute
 from kinfer.engines.mlx.kernels import fused_decode_available, paged_decode_attention
 
@@ -420,7 +420,7 @@ def _merge_blocks(partial, peak, total, row, batch, sinks, kv_heads, group) -> m
 
 
 def _sdpa(queries, keys, values, scale, mask, sinks):
-    if sdpa_buckets.enabled():  # CUDA: a cuDNN graph per shape, so a few shapes (sdpa_buckets.py)
+    if shape_buckets.enabled():  # CUDA: a cuDNN graph per shape, so a few shapes (sdpa_buckets.py)
         return sdpa_buckets.bucketed_sdpa(queries, keys, values, scale, mask, sinks)
     if sinks is None:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)

@@ -18,6 +18,7 @@ from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.logits import LogprobRows, bias_table
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
+from kinfer.engines.mlx.shape_buckets import decode_rows
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.protocol import FinishReason
 
@@ -208,8 +209,10 @@ class DecodePlan:
     """What stays the same while the decode batch keeps the same rows."""
 
     key: tuple[int, ...]
-    slots: np.ndarray
-    state_rows: mx.array | None  # slot of each batch entry; None when the batch is every slot in order
+    slots: np.ndarray  # slot of each entry of the pass: the rows', then the scratch slot as padding
+    state_rows: mx.array | None  # `slots` on the device; None when they are every slot in order
+    history_rows: mx.array | None  # the rows' own slots (penalty history); None: every slot in order
+    padding: int  # entries past the rows (all the scratch slot): their results are dropped
     sampling: SamplingBatch
     bias: mx.array | None  # [B, V] logit_bias, when some row has one
     logprobs: LogprobRows | None  # the rows that report logprobs, when some row asks
@@ -230,11 +233,15 @@ class StepBatch:
     """Block tables and positions of every slot (numpy, for vectorised layouts), the decode batch's
     cached plan, and the last decode step's device tokens."""
 
-    def __init__(self, rows: int, ctx: int, vocab: int) -> None:
+    def __init__(self, rows: int, ctx: int, vocab: int, *, pad: bool = False) -> None:
+        """`pad`: decode passes are padded to `shape_buckets.decode_rows` with the scratch slot (index
+        `rows`), whose table the engine points at a block of its own."""
         self.rows = rows
         self.vocab = vocab
-        self._table = np.zeros((rows, (ctx + BLOCK - 1) // BLOCK + 1), dtype=np.int64)
-        self._pos = np.zeros(rows, dtype=np.int64)
+        self.pad = pad
+        slots = rows + 1 if pad else rows
+        self._table = np.zeros((slots, (ctx + BLOCK - 1) // BLOCK + 1), dtype=np.int64)
+        self._pos = np.zeros(slots, dtype=np.int64)
         self._plan: DecodePlan | None = None
         self._last: mx.array | None = None
 
@@ -261,13 +268,16 @@ class StepBatch:
     def plan(self, rows: list[Row]) -> DecodePlan:
         key = tuple(r.order for r in rows)
         if self._plan is None or self._plan.key != key:
-            slots = np.array([r.slot for r in rows], dtype=np.int64)
-            every_slot = len(rows) == self.rows and bool((slots == np.arange(self.rows)).all())
+            own = np.array([r.slot for r in rows], dtype=np.int64)
+            size = decode_rows(len(rows), self.rows) if self.pad else len(rows)
+            slots = np.concatenate([own, np.full(size - len(rows), self.rows, dtype=np.int64)])
             samplings = [r.job.sampling for r in rows]
             self._plan = DecodePlan(
                 key=key,
                 slots=slots,
-                state_rows=None if every_slot else mx.array(slots.astype(np.int32)),
+                state_rows=None if _in_order(slots, len(self._pos)) else mx.array(slots.astype(np.int32)),
+                history_rows=None if _in_order(own, self.rows) else mx.array(own.astype(np.int32)),
+                padding=size - len(rows),
                 sampling=make_batch(samplings, [r.seed for r in rows], self.vocab),
                 bias=bias_table(samplings, self.vocab),
                 logprobs=LogprobRows.of(samplings),
@@ -299,3 +309,8 @@ class StepBatch:
             row.sampled += 1
             self._pos[row.slot] = row.fed
         self._last = tokens
+
+
+def _in_order(slots: np.ndarray, count: int) -> bool:
+    """`slots` is every one of `count` slots, in order (the pass needs no gather or scatter)."""
+    return len(slots) == count and bool((slots == np.arange(count)).all())

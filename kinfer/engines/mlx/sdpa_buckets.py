@@ -8,51 +8,19 @@ it (rows x chunk length, and the context a continued chunk attends to), so nearl
 of different prompts was a new graph: steps of 200-300 ms instead of ~12 ms, first tokens many seconds
 late, and a long prompt stalling the streaming rows whenever its chunk met a new context length.
 
-So on CUDA every prefill attention call is padded to a bucket: rows to a power of two, query and key
-lengths to `bucket` (a quarter octave: <= 25 % padding, four sizes per doubling). Padded keys are
-masked out and padded queries / rows are sliced off, so the real rows' results are the same attention
-over the same keys. Masks become explicit boolean arrays whenever padding would move a causal mask's
-diagonal. Decode attention does not come here (kinfer's paged decode kernel has no per-shape cost).
+So on CUDA (`shape_buckets.enabled()`) every prefill attention call is padded to a bucket: rows to a
+power of two, query and key lengths to `shape_buckets.bucket` (a quarter octave: <= 25 % padding, four
+sizes per doubling). Padded keys are masked out and padded queries / rows are sliced off, so the real
+rows' results are the same attention over the same keys. Masks become explicit boolean arrays whenever
+padding would move a causal mask's diagonal. Decode attention does not come here (kinfer's paged decode
+kernel has no per-shape cost; the engine pads the decode pass's rows: `shape_buckets.decode_rows`).
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
 
-from kinfer.engines.mlx.kernels import on_cuda_gpu
-
-MIN_BUCKET = 16
-STEPS_PER_OCTAVE = 4
-
-_enabled: bool | None = None  # None: decided on first use (on a CUDA GPU only)
-
-
-def enabled() -> bool:
-    """Whether prefill attention is padded to buckets: on a CUDA GPU (see the module doc)."""
-    global _enabled
-    if _enabled is None:
-        _enabled = on_cuda_gpu()
-    return _enabled
-
-
-def set_enabled(value: bool | None) -> None:
-    """Force the buckets on or off (tests run them on the CPU); None: back to the device's default."""
-    global _enabled
-    _enabled = value
-
-
-def bucket(n: int) -> int:
-    """The smallest size >= n of the ladder 16, 20, 24, 28, 32, 40, 48, ...: four per doubling."""
-    if n <= MIN_BUCKET:
-        return MIN_BUCKET
-    top = 1 << (n - 1).bit_length()  # the power of two at or above n
-    step = max(1, top // (2 * STEPS_PER_OCTAVE))
-    return -(-n // step) * step
-
-
-def row_bucket(n: int) -> int:
-    """Rows of a pass: the next power of two."""
-    return 1 << (n - 1).bit_length() if n > 1 else 1
+from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
 
 
 def bucketed_sdpa(

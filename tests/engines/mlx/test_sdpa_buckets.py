@@ -7,8 +7,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import sdpa_buckets
-from kinfer.engines.mlx.sdpa_buckets import bucket, bucketed_sdpa, row_bucket
+from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.sdpa_buckets import bucketed_sdpa
+from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_alone, run_jobs
 from tests.engines.mlx.test_engine import QUESTIONS
@@ -73,9 +74,9 @@ def test_a_per_row_mask_and_sinks_survive_the_padding():
 
 @pytest.fixture
 def buckets_on():
-    sdpa_buckets.set_enabled(True)
+    shape_buckets.set_enabled(True)
     yield
-    sdpa_buckets.set_enabled(None)
+    shape_buckets.set_enabled(None)
 
 
 def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(

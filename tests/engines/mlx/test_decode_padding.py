@@ -1,0 +1,79 @@
+"""Decode passes padded to a few row counts (shape_buckets.decode_rows, on CUDA): the padding rows all
+point at a scratch slot past the real ones, and whatever they compute is dropped. The real rows must
+not notice: the same tokens as unpadded, greedy or sampled, with penalties, for attention-only and
+recurrent models, while rows join and leave (the padded size changes under them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.shape_buckets import decode_rows
+from kinfer.protocol import Sampling
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.test_engine import QUESTIONS
+
+LONGEST = 16
+
+
+def test_a_few_sizes_one_stream_stays_one_row_and_a_full_batch_takes_every_slot():
+    assert [decode_rows(n, 64) for n in (1, 5, 8)] == [1, 5, 8]
+    assert [decode_rows(n, 64) for n in (9, 17, 33, 63)] == [16, 20, 40, 64]
+    assert decode_rows(64, 64) == 65  # every slot and the scratch one: in order, no gather
+    assert decode_rows(11, 12) == 13  # never past the slots plus the scratch one
+    assert len({decode_rows(n, 256) for n in range(1, 257)}) <= 8 + 4 * 5 + 1
+
+
+@pytest.fixture
+def padded():
+    shape_buckets.set_enabled(True)
+    yield
+    shape_buckets.set_enabled(None)
+
+
+def staggered(engine, sampling=None):
+    """Jobs that end at different steps, so the decode batch shrinks 11 -> 1 under the padding; the
+    longest runs in slot 0, where a padding row pointed at a real slot would write first."""
+    prompts = [engine.tokenize(chat(QUESTIONS[i % len(QUESTIONS)] + " and" * i)) for i in range(11)]
+    extra = {} if sampling is None else {"sampling": sampling}
+    jobs = [job(f"p{i}", p, max_tokens=LONGEST - i, **extra) for i, p in enumerate(prompts)]
+    return prompts, run_jobs(engine, jobs)
+
+
+def test_padded_rows_leave_the_greedy_tokens_as_mlx_lms(tiny_qwen3, make_mlx, padded):
+    engine = make_mlx(tiny_qwen3, rows=12)
+    assert engine._batch.pad
+    prompts, results = staggered(engine)
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, LONGEST - i)[1], i
+
+
+def test_a_recurrent_models_state_is_untouched_by_the_padding(tiny_qwen35, make_mlx, padded):
+    engine = make_mlx(tiny_qwen35, rows=12)
+    prompts, results = staggered(engine)
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, LONGEST - i)[1], i
+
+
+def test_a_full_batch_runs_every_slot_in_order_with_the_scratch_one(tiny_qwen35, make_mlx, padded):
+    engine = make_mlx(tiny_qwen35, rows=3)
+    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS[:3]]
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=6) for i, p in enumerate(prompts)])
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, 6)[1], i
+
+
+def test_sampled_rows_with_penalties_draw_the_same_tokens_padded_or_not(tiny_qwen3, make_mlx):
+    sampling = Sampling(temperature=0.9, seed=7, repeat_penalty=1.3, presence_penalty=0.5)
+    texts = {}
+    for pad in (False, True):
+        shape_buckets.set_enabled(pad)
+        try:
+            engine = make_mlx(tiny_qwen3, rows=12)
+            assert engine._batch.pad == pad
+            _, results = staggered(engine, sampling)
+            texts[pad] = {key: result.text for key, result in results.items()}
+        finally:
+            shape_buckets.set_enabled(None)
+    assert texts[True] == texts[False]
