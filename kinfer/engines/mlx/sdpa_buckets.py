@@ -35,6 +35,10 @@ def bucketed_sdpa(
 
     queries [B, Hq, L, D]; keys / values [B, Hk, K, D]; mask: "causal" (bottom-right aligned, as MLX
     reads it when L < K), a boolean array broadcastable to [B, 1 or Hq, L, K], or None."""
+    if isinstance(mask, mx.array) and mask.dtype != mx.bool_:
+        # an additive mask may carry biases padding cannot extend safely: left as it is (kinfer's own
+        # prefill masks are "causal" or boolean)
+        return _sdpa(queries, keys, values, scale, mask, sinks)
     batch, _, length, _ = queries.shape
     context = keys.shape[2]
     rows, q_len = row_bucket(batch), bucket(length)
@@ -87,7 +91,7 @@ def _real_mask(mask: str | mx.array | None, length: int, context: int) -> mx.arr
     if isinstance(mask, str):
         query_pos = mx.arange(length)[:, None] + (context - length)
         return (mx.arange(context)[None, :] <= query_pos)[None, None]
-    real = mask.astype(mx.bool_)
+    real = mask
     while real.ndim < 4:
         real = real[None]
     return real

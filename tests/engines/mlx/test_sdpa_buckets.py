@@ -72,6 +72,12 @@ def test_a_per_row_mask_and_sinks_survive_the_padding():
     assert not mx.isnan(got).any().item()
 
 
+def test_an_additive_mask_is_left_unpadded():
+    q, k, v = attention(2, 7, 23, seed=3)
+    bias = mx.array(np.random.default_rng(4).standard_normal((2, 1, 7, 23)).astype(np.float32))
+    assert mx.allclose(bucketed_sdpa(q, k, v, 0.25, bias, None), plain(q, k, v, bias), atol=1e-5).item()
+
+
 @pytest.fixture
 def buckets_on():
     shape_buckets.set_enabled(True)
