@@ -33,9 +33,9 @@ from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
+from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
-from kinfer.engines.mlx.grammar import grammar_vocab
 from kinfer.engines.mlx.kv import (
     BlockAllocator,
     PagedKV,
@@ -43,13 +43,12 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.logits import grammar_words
 from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
-from kinfer.engines.mlx.sampling import mask_logits, needs_penalties, sample
+from kinfer.engines.mlx.sampling import needs_penalties, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
@@ -60,7 +59,7 @@ from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 log = logging.getLogger(__name__)
 
 
-class MlxEngine(RowBlocks):
+class MlxEngine(RowBlocks, ConstrainedRows):
     """A model directory served by MLX (the `Engine` protocol).
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
@@ -418,32 +417,6 @@ class MlxEngine(RowBlocks):
         logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)
         return Inflight(tokens, rows, plan.logprobs, logprobs)
-
-    # ---- constrained rows ---------------------------------------------------------------------
-
-    def _grammar_vocab(self) -> GrammarVocab:
-        if self._grammar is None:
-            self._grammar = grammar_vocab(self._tokenizer, self._batch.vocab, self._eos)
-            self._masks = MaskTable(self.plan.rows, self._grammar)
-        return self._grammar
-
-    def _constrain(self, logits: mx.array, rows: list[Row], updates: list[JobUpdate]) -> mx.array:
-        """Mask the constrained rows' logits. Their grammars need the previous step's tokens, so that
-        step is read back first, while the device runs this step's forward pass, and the masks are
-        computed meanwhile too. A row ended by that read (or by a dead end) keeps its place in the
-        batch; its token is dropped."""
-        if self._inflight is not None:
-            self.step_timer.lap("build")
-            mx.async_eval(logits)
-            self.step_timer.lap("launch")
-            updates.extend(self._collect(self._inflight))
-            self._inflight = None
-        assert self._masks is not None
-        words, dead = grammar_words(self._masks, rows)
-        for row in dead:
-            updates.append(row.dead_end())
-            self._release(row, save=False)
-        return logits if words is None else mask_logits(logits, mx.array(words))
 
     def _prefill(self, prefill: PrefillPass) -> int:
         """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
