@@ -53,18 +53,24 @@ def test_a_burst_beside_a_decoding_row_is_prefilled_in_few_passes_and_steps(tiny
     assert max(passes) <= 3, passes  # the decode pass and at most two prefill passes a step
 
 
-def test_padded_and_continued_chunks_together_give_mlx_lms_tokens(tiny_qwen3, make_mlx, monkeypatch):
-    engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=512)
+def pooled_and_fresh_prompts(engine) -> list[list[int]]:
+    """Seed the engine's prefix pool with two prefixes of different lengths; return two prompts that
+    continue them (adopted, then continued chunks) and two fresh ones (padded chunks)."""
     system = "You are a careful assistant who answers in one short sentence. " * 3
     seeds = [chat(QUESTIONS[1], system=system), chat(QUESTIONS[2], system=system + "Be brief. ")]
-    for i, seed in enumerate(seeds):  # the pool now holds two prefixes of different lengths
+    for i, seed in enumerate(seeds):
         run_alone(engine, job(f"seed{i}", engine.tokenize(seed), max_tokens=2))
-    prompts = [
+    return [
         engine.tokenize(chat(QUESTIONS[1] + " And of Italy?", system=system)),
         engine.tokenize(chat(QUESTIONS[2] + " Briefly.", system=system + "Be brief. ")),
         engine.tokenize(chat(QUESTIONS[0])),
         engine.tokenize(chat(QUESTIONS[1])),
     ]
+
+
+def test_padded_and_continued_chunks_together_give_mlx_lms_tokens(tiny_qwen3, make_mlx, monkeypatch):
+    engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=512)
+    prompts = pooled_and_fresh_prompts(engine)
     batched = []
     original = kv.PagedKV._attend_prefill_batched
 

@@ -11,7 +11,8 @@ from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.sdpa_buckets import bucketed_sdpa
 from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
 from tests.engines.mlx.fixtures import *  # noqa: F403
-from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_alone, run_jobs
+from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.test_burst import pooled_and_fresh_prompts
 from tests.engines.mlx.test_engine import QUESTIONS
 
 HEADS, KV_HEADS, DIM = 4, 2, 16
@@ -89,16 +90,7 @@ def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
     tiny_qwen3, make_mlx, buckets_on
 ):
     engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
-    system = "You are a careful assistant who answers in one short sentence. " * 3
-    seeds = [chat(QUESTIONS[1], system=system), chat(QUESTIONS[2], system=system + "Be brief. ")]
-    for i, seed in enumerate(seeds):  # the pool now holds two prefixes of different lengths
-        run_alone(engine, job(f"seed{i}", engine.tokenize(seed), max_tokens=2))
-    prompts = [
-        engine.tokenize(chat(QUESTIONS[1] + " And of Italy?", system=system)),
-        engine.tokenize(chat(QUESTIONS[2] + " Briefly.", system=system + "Be brief. ")),
-        engine.tokenize(chat(QUESTIONS[0])),
-        engine.tokenize(chat(QUESTIONS[1])),
-    ]
+    prompts = pooled_and_fresh_prompts(engine)
     results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
     assert results["p0"].reused_tokens and results["p1"].reused_tokens
     for i, prompt in enumerate(prompts):
