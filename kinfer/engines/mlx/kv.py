@@ -187,6 +187,9 @@ class PassLayout:
             self.offset = mx.array(self.starts.astype(np.int32))
         self._decode_blocks: dict[int | None, DecodeBlocks] = {}
         self._offsets: mx.array | None = None
+        # a prefill pass's attention inputs (block ids, masks, their padded forms) are the same for
+        # every layer of the same window: built by the first layer, reused by the rest
+        self.prefill_inputs: dict[tuple, mx.array] = {}
 
     @property
     def offsets(self) -> mx.array:
@@ -353,19 +356,22 @@ class PagedKV:
         if layout.batch > 1 and layout.batch * int(layout.starts.max() + length) <= GATHER_LIMIT:
             return self._attend_prefill_batched(queries, scale, sinks)
         outputs = []
+        built = layout.prefill_inputs
         for i in range(layout.batch):
             start = int(layout.starts[i])
             end = start + length
-            blocks = mx.array(layout.row_blocks(i, end))
+            blocks = built.get(("blocks", i))
+            if blocks is None:
+                blocks = built["blocks", i] = mx.array(layout.row_blocks(i, end))
             k = _contiguous_row(layer.blocks_view(layer.keys)[blocks], end)
             v = _contiguous_row(layer.blocks_view(layer.values)[blocks], end)
-            if window is not None and end > window:
+            key = ("row", i, window if window is not None and end > window else None)
+            mask: str | mx.array = built.get(key, "causal")
+            if key[2] is not None and key not in built:
                 from mlx_lm.models.base import create_causal_mask
 
-                mask: str | mx.array = create_causal_mask(length, start, window_size=window)
-            else:
-                mask = "causal"
-            outputs.append(_sdpa(queries[i : i + 1], k, v, scale, mask, sinks))
+                mask = built[key] = create_causal_mask(length, start, window_size=window)
+            outputs.append(_sdpa(queries[i : i + 1], k, v, scale, mask, sinks, built, key))
         return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=0)
 
     def _attend_prefill_batched(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
@@ -375,20 +381,26 @@ class PagedKV:
         layout, layer = self.layout, self.layer
         length = layout.length
         width = int((layout.starts.max() + length + BLOCK - 1) // BLOCK)
-        table = mx.array(layout._table[:, :width].astype(np.int32))  # [B, W]; past a row's end: masked
+        built = layout.prefill_inputs
+        table = built.get(("table",))
+        if table is None:  # [B, W]; past a row's end: masked
+            table = built["table",] = mx.array(layout._table[:, :width].astype(np.int32))
 
         def gather(pool: mx.array) -> mx.array:
             blocks = layer.blocks_view(pool)[table]  # [B, W, heads, BLOCK, dim]
             batch, _, heads, _, dim = blocks.shape
             return blocks.transpose(0, 2, 1, 3, 4).reshape(batch, heads, width * BLOCK, dim)
 
-        query_pos = layout.starts[:, None] + np.arange(length)[None, :]  # [B, L]
-        key_pos = np.arange(width * BLOCK)[None, None, :]
-        mask = key_pos <= query_pos[:, :, None]
-        if layer.window is not None:
-            mask &= key_pos > query_pos[:, :, None] - layer.window
-        mask = mx.array(mask[:, None, :, :])  # [B, 1, L, K]
-        return _sdpa(queries, gather(layer.keys), gather(layer.values), scale, mask, sinks)
+        key = ("batched", layer.window)
+        mask = built.get(key)
+        if mask is None:
+            query_pos = layout.starts[:, None] + np.arange(length)[None, :]  # [B, L]
+            key_pos = np.arange(width * BLOCK)[None, None, :]
+            allowed = key_pos <= query_pos[:, :, None]
+            if layer.window is not None:
+                allowed &= key_pos > query_pos[:, :, None] - layer.window
+            mask = built[key] = mx.array(allowed[:, None, :, :])  # [B, 1, L, K]
+        return _sdpa(queries, gather(layer.keys), gather(layer.values), scale, mask, sinks, built, key)
 
 
 def _contiguous_row(blocks: mx.array, end: int) -> mx.array:
@@ -419,9 +431,10 @@ def _merge_blocks(partial, peak, total, row, batch, sinks, kv_heads, group) -> m
     return num / den
 
 
-def _sdpa(queries, keys, values, scale, mask, sinks):
+def _sdpa(queries, keys, values, scale, mask, sinks, built=None, key=None):
+    """`built` / `key`: where the pass keeps this mask's padded form for the next layers."""
     if shape_buckets.enabled():  # CUDA: a cuDNN graph per shape, so a few shapes (sdpa_buckets.py)
-        return sdpa_buckets.bucketed_sdpa(queries, keys, values, scale, mask, sinks)
+        return sdpa_buckets.bucketed_sdpa(queries, keys, values, scale, mask, sinks, built=built, key=key)
     if sinks is None:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)

@@ -30,11 +30,15 @@ def bucketed_sdpa(
     scale: float,
     mask: str | mx.array | None,
     sinks: mx.array | None,
+    *,
+    built: dict | None = None,
+    key: tuple | None = None,
 ) -> mx.array:
     """`mx.fast.scaled_dot_product_attention` on padded inputs; the real part of its output.
 
     queries [B, Hq, L, D]; keys / values [B, Hk, K, D]; mask: "causal" (bottom-right aligned, as MLX
-    reads it when L < K), a boolean array broadcastable to [B, 1 or Hq, L, K], or None."""
+    reads it when L < K), a boolean array broadcastable to [B, 1 or Hq, L, K], or None. `built` / `key`:
+    where the padded mask is kept for the pass's other layers (the same mask, the same shapes)."""
     if isinstance(mask, mx.array) and mask.dtype != mx.bool_:
         # an additive mask may carry biases padding cannot extend safely: left as it is (kinfer's own
         # prefill masks are "causal" or boolean)
@@ -52,7 +56,12 @@ def bucketed_sdpa(
         # both lengths padded alike: the real queries still see exactly the real keys up to their own
         padded_mask: str | mx.array | None = "causal"
     else:
-        padded_mask = _padded_mask(mask, batch, length, context, rows, q_len, k_len)
+        padded_key = None if built is None or key is None else ("padded", key, rows, q_len, k_len)
+        padded_mask = None if padded_key is None else built.get(padded_key)
+        if padded_mask is None:
+            padded_mask = _padded_mask(mask, batch, length, context, rows, q_len, k_len)
+            if padded_key is not None:
+                built[padded_key] = padded_mask
     out = _sdpa(q, k, v, scale, padded_mask, sinks)
     return out[:batch, :, :length, :]
 
