@@ -87,8 +87,9 @@ async def trace(url: str, extra: dict, pid: int | None, streams: int, tokens: in
                 "--threads",
                 "-d",
                 os.environ.get("PYSPY_S", "6"),
-                "--nonblocking",
             ]
+            # PYSPY_NATIVE=1: C/C++ frames too (inside MLX); py-spy must pause the process for those
+            command += ["--native"] if os.environ.get("PYSPY_NATIVE") else ["--nonblocking"]
             spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         began = time.time()
         records = await asyncio.gather(*(one(client, url, extra, 1000 + i, tokens) for i in range(streams)))

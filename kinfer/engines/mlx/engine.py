@@ -30,7 +30,7 @@ from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
+from kinfer.engines.mlx import blas, cuda_settings, fuse, kernels, shape_buckets
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
@@ -100,6 +100,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
         gpu = mx.default_device() == mx.gpu
+        cuda_settings.apply_serving_defaults()  # before the first pass: MLX reads them once
         log.info("MLX device: %s (BLAS preload: %s)", mx.default_device(), blas.preloaded or "none")
 
         self._tokenizer = MlxTokenizer(path)
@@ -147,6 +148,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         # on CUDA decode passes are padded to a few row counts (shape_buckets.py); the padding rows all
         # point at one scratch slot past the real ones, with a KV block and recurrent state of its own
         self._pad_decode = shape_buckets.enabled()
+        if self._pad_decode:  # the scratch slot's KV block comes on top of what the rows may hold
+            self.plan = replace(self.plan, max_blocks=self.plan.max_blocks + 1)
         for layer in recurrent:
             layer.rows = self.plan.rows + (1 if self._pad_decode else 0)
         self._eos = directory.eos_ids
@@ -192,6 +195,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
+        self._copies: list[tuple[int, int]] = []  # (src, dst) KV blocks to copy before the next passes
         self._step_prefill = 0  # positions this step's prefill passes compute, padding included
         chunk, timed = self.plan.prefill_chunk, not kernels.on_cuda_gpu()  # CUDA: the cap (prefill_budget)
         self._clock = StepClock(PrefillBudget.on(step_budget_ms, chunk, gpu=gpu, timed=timed))
@@ -354,6 +358,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         """Build this step's passes and start them on the device; returns the decode pass's tokens."""
         for row in [r for r in self._slots if r is not None and r.unborn and r.ready]:
             self._fork(row)
+        self._flush_copies()
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)

@@ -125,24 +125,30 @@ class PagedLayer:
         self.values[rows] = values.astype(self.values.dtype)
 
 
-def copy_block(layers: list[PagedLayer], src: int, dst: int) -> None:
-    """Copy block `src` to block `dst` in every layer's pools.
+def copy_blocks(layers: list[PagedLayer], pairs: list[tuple[int, int]]) -> None:
+    """Copy block `src` to block `dst`, for each (src, dst) of `pairs`, in every layer's pools.
 
-    The source blocks are copied out and evaluated first: a slice of a pool assigned back into the same
-    pool shares the pool's buffer, so MLX cannot update the pool in place and copies all of it, every
-    layer's keys and values for each copied block (2 s for a 2 GiB pool on a CPU; on the H200 it made
-    a step that adopted prefixes take ~100 ms and the active memory balloon)."""
+    The engine gathers the copies a step needs and makes them here at once, before the step's passes.
+    The sources are gathered out and evaluated first: a slice of a pool assigned back into the same pool
+    shares the pool's buffer, so MLX could not update the pool in place and would copy all of it, every
+    layer's keys and values, per copy (2 s for a 2 GiB pool on a CPU; on the H200 it made a step that
+    adopted prefixes take ~100 ms and the active memory balloon). That evaluation waits for the device:
+    once per step that copies, not once per adopted prompt."""
+    if not pairs:
+        return
     moves = []
     for layer in layers:
         if layer.keys is None:
             continue
         size = layer.heads * BLOCK
-        pieces = [pool[src * size : (src + 1) * size] * 1 for pool in (layer.keys, layer.values)]
-        moves.append((layer, size, pieces))
+        span = np.arange(size, dtype=np.int32)
+        src = mx.array((np.array([s for s, _ in pairs], dtype=np.int32)[:, None] * size + span).reshape(-1))
+        dst = mx.array((np.array([d for _, d in pairs], dtype=np.int32)[:, None] * size + span).reshape(-1))
+        moves.append((layer, dst, [mx.take(pool, src, axis=0) for pool in (layer.keys, layer.values)]))
     mx.eval([piece for _, _, pieces in moves for piece in pieces])
-    for layer, size, (keys, values) in moves:
-        layer.keys[dst * size : (dst + 1) * size] = keys
-        layer.values[dst * size : (dst + 1) * size] = values
+    for layer, dst, (keys, values) in moves:
+        layer.keys[dst] = keys
+        layer.values[dst] = values
 
 
 def _grow(pool: mx.array, rows: int) -> mx.array:

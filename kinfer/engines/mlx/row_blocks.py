@@ -7,7 +7,8 @@ recurrent `StateSlots`), `_pool` (PrefixPool or None), `_batch` (StepBatch table
 forked yet (`_held`, `_finished_early`). Forking a job's other choices (`_fork`) takes a free slot
 per choice (`_order`, `_tokenizer`, `_grammar_vocab`, `_init_history`). Whole blocks are shared by
 reference (the allocator counts holders); a part-filled last block is copied, because the row writes
-into it.
+into it. The copies wait in `_copies` (both blocks held) and are made together, once per step, before
+its passes (`_flush_copies`): each batch of copies waits for the device once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import replace
 import mlx.core as mx
 
 from kinfer.engines.base import JobUpdate, choice_sampling
-from kinfer.engines.mlx.kv import BLOCK, copy_block
+from kinfer.engines.mlx.kv import BLOCK, copy_blocks
 from kinfer.engines.mlx.rows import Row
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, needs_penalties
 from kinfer.engines.mlx.state import StateSlots
@@ -69,12 +70,24 @@ class RowBlocks:
         self._alloc.hold(row.blocks)
         if part:
             (block,) = self._take_blocks(1)
-            copy_block(self._paged, blocks[whole], block)
+            source = blocks[whole]
+            # a block still waiting for its own copy (a choice forking off an adopted prompt) holds
+            # nothing yet: copy from where it will come from (no pass runs between, so they are equal)
+            source = next((src for src, dst in self._copies if dst == source), source)
+            self._alloc.hold([source, block])  # until the copy is made, whatever ends first
+            self._copies.append((source, block))
             row.blocks.append(block)
         row.fed = shared
         row.reused = reused
         self._batch.set_table(row.slot, row.blocks)
         self._batch.set_position(row.slot, shared)
+
+    def _flush_copies(self) -> None:
+        """Make the block copies rows asked for since the last step (before any pass reads them)."""
+        if self._copies:
+            pairs, self._copies = self._copies, []
+            copy_blocks(self._paged, pairs)
+            self._alloc.release([block for pair in pairs for block in pair])
 
     def _ensure_blocks(self, row: Row, tokens: int) -> None:
         need = (tokens + BLOCK - 1) // BLOCK - len(row.blocks)

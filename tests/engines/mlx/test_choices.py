@@ -24,6 +24,20 @@ def test_greedy_choices_all_equal_the_single_reply(arch, tiny_models, make_mlx):
     assert three["n"].text == three["n#1"].text == three["n#2"].text == alone.text
 
 
+def test_choices_of_a_pooled_prompt_fork_from_the_adopted_copy(tiny_llama, make_mlx):
+    """The prompt's KV comes from the prefix pool, its part-filled last block by a copy that waits for
+    the next step; the choices fork off that block in the same step, before the copy is made."""
+    engine = make_mlx(tiny_llama)
+    prompt = engine.tokenize(PROMPT)
+    assert len(prompt) % 64 not in (0, 1)  # the adopted prefix ends inside a block
+    alone = run_alone(engine, job("one", prompt, max_tokens=12))
+
+    three = run_jobs(engine, [job("n", prompt, max_tokens=12, choices=3)])
+
+    assert three["n"].reused_tokens > 0
+    assert three["n"].text == three["n#1"].text == three["n#2"].text == alone.text
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
 def test_seeded_choices_differ_repeat_and_prefill_once(arch, tiny_models, make_mlx):
     engine = make_mlx(tiny_models[arch], prefix_cache=False)

@@ -77,3 +77,15 @@ def test_sampled_rows_with_penalties_draw_the_same_tokens_padded_or_not(tiny_qwe
         finally:
             shape_buckets.set_enabled(None)
     assert texts[True] == texts[False]
+
+
+def test_the_scratch_block_comes_on_top_of_every_rows_full_context(tiny_qwen3, make_mlx, padded):
+    """Without a prefix pool the rows may hold exactly rows x ctx of KV: the scratch slot's block must
+    not take one of theirs (the H200 bench ran out of blocks at 64 rows of full context)."""
+    engine = make_mlx(tiny_qwen3, rows=3, ctx=192, prefix_cache=False)
+    longest = max(QUESTIONS, key=len)  # every prompt past two blocks: each row holds all three at once
+    prompts = [engine.tokenize(chat(longest + " and" * i)) for i in range(3)]
+    assert all(128 < len(p) < 190 for p in prompts), [len(p) for p in prompts]
+    jobs = [job(f"p{i}", p, max_tokens=192 - len(p), ignore_eos=True) for i, p in enumerate(prompts)]
+    results = run_jobs(engine, jobs)
+    assert all(result.finish == "length" for result in results.values())
