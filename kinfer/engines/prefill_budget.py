@@ -20,7 +20,7 @@ still keeps the streaming replies visibly moving (and under the 0.5 s gap kinfer
 MLX on a CUDA GPU is the exception: there, unless `step_budget_ms` is set, a step learns nothing
 (`timed=False`) and prefills a fixed share: with no row decoding, up to the engine's chunk cap (2,048
 prompt tokens, a few decode steps' time for a small model); beside decoding rows, UNTIMED_BESIDE_DECODE
-tokens times the burst factor below (256-1,024), so a long prompt costs each streaming reply a short
+tokens times the burst factor below (256-2,048), so a long prompt costs each streaming reply a short
 pass per step instead of a 2,048-token one (H200, qwen3.5-0.8b shape, 16 rows decoding, a 50,000-token
 prompt: with the cap, gaps of 0.39 s against a median step of 11 ms). Why not learned: on the H200
 (qwen3-0.6b shape, 64 prompts of 128 tokens submitted at once, `scripts/bench_mlx_engine.py`):
@@ -57,6 +57,10 @@ GROWTH = 2.0  # a chunk at most doubles from one step to the next
 SMOOTHING = 0.5  # weight of the newest measurement
 NEARLY_FREE_S = 1e-7  # per prompt token, for a step that took no longer than its decode pass alone
 BURST_MAX = 4.0  # while more prompts wait than rows decode, the target grows with their ratio, to this
+# ... and untimed (MLX on CUDA), to this: there a prefill step's host cost barely grows with its tokens
+# (H200 step logs, 256 streams: 100-190 ms for 256 or 1,024 prompt tokens), so a burst's first tokens
+# come sooner in fewer, larger steps: up to the chunk cap (8 x 256 = 2,048)
+UNTIMED_BURST_MAX = 8.0
 UNTIMED_BESIDE_DECODE = 256  # prompt tokens a step takes beside decoding rows when untimed (x burst)
 
 
@@ -90,6 +94,11 @@ class PrefillBudget:
         if self.step_ms > 0:
             return self.step_ms / 1000.0
         return max(self.floor_s, AUTO_FACTOR * (self.decode_s or 0.0))
+
+    @property
+    def burst_limit(self) -> float:
+        """The most a burst may stretch this budget's step target (`burst_factor`)."""
+        return BURST_MAX if self.timed else UNTIMED_BURST_MAX
 
     def room(
         self,
@@ -142,14 +151,15 @@ class PrefillBudget:
             self.decode_s = _smooth(self.decode_s, seconds)
 
 
-def burst_factor(waiting: int, decoding: int) -> float:
+def burst_factor(waiting: int, decoding: int, limit: float = BURST_MAX) -> float:
     """The step target's multiple while `waiting` prompts wait beside `decoding` rows: 1 while no more
-    wait than decode, then their ratio, at most BURST_MAX. A burst of new requests is many people
-    waiting for a first token against few waiting for their next one; a longer step for the few
-    brings every first token in sooner, and the gap they see stays bounded (BURST_MAX targets)."""
+    wait than decode, then their ratio, at most `limit` (`PrefillBudget.burst_limit`). A burst of new
+    requests is many people waiting for a first token against few waiting for their next one; a longer
+    step for the few brings every first token in sooner, and the gap they see stays bounded (`limit`
+    targets)."""
     if decoding <= 0:
         return 1.0
-    return min(BURST_MAX, max(1.0, waiting / decoding))
+    return min(limit, max(1.0, waiting / decoding))
 
 
 def _smooth(old: float | None, new: float) -> float:

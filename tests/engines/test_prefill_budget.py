@@ -12,6 +12,7 @@ from kinfer.engines.prefill_budget import (
     FIRST_CHUNK,
     MIN_CHUNK,
     UNTIMED_BESIDE_DECODE,
+    UNTIMED_BURST_MAX,
     PrefillBudget,
     StepClock,
     burst_factor,
@@ -132,6 +133,10 @@ def test_an_untimed_budget_takes_a_fixed_share_every_step_unless_a_step_time_is_
     assert untimed.room(2048, decoding=False) == 2048  # nobody streams: the whole cap
     assert untimed.room(2048, decoding=True) == UNTIMED_BESIDE_DECODE  # a long prompt beside streams
     assert untimed.room(2048, decoding=True, burst=burst_factor(64, 4)) == 4 * UNTIMED_BESIDE_DECODE
+    # a burst of 256 beside a few decoding rows: up to the whole cap (a prefill step's host cost on the
+    # H200 barely grows with its tokens, so fewer and larger steps bring the first tokens sooner)
+    assert untimed.burst_limit == UNTIMED_BURST_MAX == 8
+    assert untimed.room(2048, decoding=True, burst=burst_factor(240, 16, untimed.burst_limit)) == 2048
     assert untimed.room(2048, decoding=True, taken=200) == UNTIMED_BESIDE_DECODE - 200
     assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
     explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins

@@ -365,9 +365,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
-        burst = burst_factor(len(filling), len(decoding))
+        burst = burst_factor(len(filling), len(decoding), self._clock.budget.burst_limit)
         room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
-        passes = plan_prefill(filling, room, pad=not self.info.recurrent)
+        passes = plan_prefill(filling, room, pad=not self.info.recurrent, ladder=self._pad_decode)
         self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
             self._clock.budget.took(self._step_prefill, room)
@@ -430,13 +430,18 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
         slots = np.array([r.slot for r in rows])
+        tokens = [
+            [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
+            for r, n in zip(rows, prefill.chunks, strict=True)
+        ]
+        if self._pad_decode and not self.info.recurrent and len(rows) < shape_buckets.row_bucket(len(rows)):
+            # a few pass shapes on CUDA (shape_buckets): the rows padded to a power of two with copies
+            # of the last one, which write the same K/V to the same places; their outputs are dropped
+            extra = shape_buckets.row_bucket(len(rows)) - len(rows)
+            slots = np.concatenate([slots, np.repeat(slots[-1:], extra)])
+            tokens += [tokens[-1]] * extra
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
-        inputs = mx.array(
-            [
-                [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
-                for r, n in zip(rows, prefill.chunks, strict=True)
-            ]
-        )
+        inputs = mx.array(tokens)
         state_rows = mx.array(slots.astype(np.int32))
         self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
         for row, n in zip(rows, prefill.chunks, strict=True):

@@ -18,7 +18,7 @@ from kinfer.engines.base import GenerationJob, JobUpdate
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.logits import LogprobRows, bias_table
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
-from kinfer.engines.mlx.shape_buckets import decode_rows
+from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, bucket_floor, decode_rows
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.protocol import FinishReason
 
@@ -170,32 +170,46 @@ class PrefillPass:
         return self.length * len(self.rows)
 
 
-def plan_prefill(rows: list[Row], budget: int, *, pad: bool) -> list[PrefillPass]:
+def plan_prefill(rows: list[Row], budget: int, *, pad: bool, ladder: bool = False) -> list[PrefillPass]:
     """This step's prompt chunks within `budget` tokens, first come first served.
 
     Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can.
     `pad` (attention-only models): a row joins the pass of its chunk's power-of-two bucket, right-padded
     to the longest chunk there (under 2x its own: a burst of ~equal prompts is one pass); padding
     counts against the budget. Without `pad` (recurrent state would take in the padding) rows of equal
-    chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own."""
+    chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own.
+    `ladder` (CUDA, shape_buckets): a padded pass's length is padded on up to the bucket ladder, and a
+    chunk cut short by the budget is cut to a ladder size, so passes come in a few shapes."""
     # a pass per key: (power-of-two bucket, True) padded, or (chunk, False) unpadded
     members: dict[tuple[int, bool], list[tuple[Row, int]]] = {}
     lengths: dict[tuple[int, bool], int] = {}
     spent = 0
+
+    def cut(room: int) -> int:
+        return bucket_floor(room) if ladder else room
+
     for row in rows:
-        chunk = row.next_chunk() if members else min(row.next_chunk(), budget)
+        whole = row.next_chunk()
+        chunk = whole if members or whole <= budget else cut(budget)
         if chunk <= 0:
             continue
         key = (1 << (chunk - 1).bit_length(), True) if pad else (chunk, False)
         length = max(lengths.get(key, 0), chunk)
+        if pad and ladder:
+            length = bucket(length)
         if min(r.ctx - r.fed for r, _ in [*members.get(key, []), (row, 0)]) < length:
             key, length = (chunk, False), chunk  # no room left in a row to pad it
         had = len(members.get(key, []))
         cost = length * (had + 1) - lengths.get(key, 0) * had
         if members and spent + cost > budget:
-            # the budget's edge: the next row in line takes what is left, unpadded, in a pass of its own
-            chunk = length = cost = min(row.next_chunk(), budget - spent)
-            key = (chunk, False)
+            # the budget's edge: the next row in line takes what is left, in a pass of its own
+            left = budget - spent
+            if ladder and whole > left < MIN_BUCKET:
+                break  # a sliver of a prompt is not worth a pass (each costs the host a whole one)
+            chunk = length = cost = whole if whole <= left else cut(left)
+            if pad and ladder and chunk > 0 and bucket(chunk) <= min(left, row.ctx - row.fed):
+                length = cost = bucket(chunk)  # its whole rest, padded: a ladder shape all the same
+            key = (length, False)
             if chunk <= 0:
                 break
         spent += cost

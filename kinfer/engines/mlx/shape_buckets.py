@@ -4,9 +4,11 @@ There a first-seen shape costs the host far more than a step: attention builds a
 shape (~66 ms each, `sdpa_buckets.py`), and a decode pass at a row count not seen before took 240-300 ms
 on the H200 for a Qwen3.5-shaped model (new traces and kernels for its compiled layers), where a step
 takes ~10 ms. A burst of requests walks the decode batch through every row count from 1 to the batch's
-size, and a long prompt's row joining 16 decoding rows stalled them all for 0.3 s. So on CUDA the
-prefill's attention and the decode pass are padded to the sizes below; on a CPU (no such cost) nothing
-is padded unless a test forces it (`set_enabled`).
+size, and a long prompt's row joining 16 decoding rows stalled them all for 0.3 s; a matrix product of a
+new height costs cuBLASLt a new algorithm search (~14 ms a pass for a qwen3-0.6b shape). So on CUDA
+the prefill's attention, its passes (token counts and rows: `rows.plan_prefill`, the engine's
+`_prefill`) and the decode pass are padded to the sizes below; on a CPU (no such cost) nothing is
+padded unless a test forces it (`set_enabled`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ def bucket(n: int) -> int:
     top = 1 << (n - 1).bit_length()  # the power of two at or above n
     step = max(1, top // (2 * STEPS_PER_OCTAVE))
     return -(-n // step) * step
+
+
+def bucket_floor(n: int) -> int:
+    """The largest size <= n of the same ladder (n itself below MIN_BUCKET): a chunk cut to fit."""
+    if n <= MIN_BUCKET:
+        return n
+    top = 1 << (n - 1).bit_length()
+    step = max(1, top // (2 * STEPS_PER_OCTAVE))
+    return n // step * step
 
 
 def row_bucket(n: int) -> int:

@@ -4,6 +4,7 @@ host a whole forward pass, so waiting prompts share as few as they can."""
 from __future__ import annotations
 
 from kinfer.engines.mlx.rows import Row, plan_prefill
+from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor
 from tests.engines.driver import job
 
 CTX = 512
@@ -65,3 +66,22 @@ def test_the_row_at_the_budgets_edge_never_takes_more_than_its_prompt_holds():
     for p in passes:
         assert all(chunk <= row.prompt_len - 1 - row.fed for row, chunk in zip(p.rows, p.chunks, strict=True))
         assert all(chunk <= p.length for chunk in p.chunks)
+
+
+def test_on_the_ladder_passes_come_in_a_few_shapes():
+    """CUDA (shape_buckets): a padded pass's length is a ladder size, and so is a chunk the budget cuts:
+    a matrix product of a new height costs cuBLASLt an algorithm search every time."""
+    burst = rows(*(121 + i % 13 for i in range(40)))  # prompts of 121-133 tokens: chunks of 120-132
+    passes = plan_prefill(burst, 1000, pad=True, ladder=True)
+    assert 1000 - 16 < sum(p.tokens for p in passes) <= 1000  # a sliver under 16 is left for later
+    for p in passes:
+        assert p.length == bucket(p.length)  # 128, 144, ...: the ladder
+        assert all(chunk <= p.length for chunk in p.chunks)
+    (first,) = plan_prefill(rows(500), 300, pad=True, ladder=True)
+    assert first.chunks == [bucket_floor(300)] == [256]  # cut to the ladder (256, 320, ...), not to 300
+
+
+def test_the_ladder_never_pads_past_a_rows_context():
+    (near_end,) = rows(CTX, fed=CTX - 18)  # 17 prompt tokens left, 18 positions: bucket(17) = 20 won't fit
+    (only,) = plan_prefill([near_end], 1000, pad=True, ladder=True)
+    assert only.chunks == [17] and near_end.fed + only.length <= CTX

@@ -9,7 +9,7 @@ import pytest
 
 from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.sdpa_buckets import bucketed_sdpa
-from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
+from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor, row_bucket
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
 from tests.engines.mlx.test_burst import pooled_and_fresh_prompts
@@ -91,8 +91,32 @@ def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
 ):
     engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
     prompts = pooled_and_fresh_prompts(engine)
+    shapes = []
+    forward = engine.forward
+
+    def recording(inputs, views):
+        if inputs.shape[1] > 1:
+            shapes.append(inputs.shape)
+        return forward(inputs, views)
+
+    engine.forward = recording
     results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
     assert results["p0"].reused_tokens and results["p1"].reused_tokens
+    # every prefill pass a few shapes: rows a power of two (copies of the last row), length on the ladder
+    assert any(rows > 1 for rows, _ in shapes)
+    assert all(rows == row_bucket(rows) and length in (bucket(length), *range(16)) for rows, length in shapes)
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
+
+
+def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(tiny_qwen3, make_mlx, buckets_on):
+    engine = make_mlx(tiny_qwen3, rows=4, prefill_chunk=512)
+    prompts = [engine.tokenize(chat(QUESTIONS[1] + " and" * i)) for i in range(3)]  # one pass: 24-26 tokens
+    shapes = []
+    forward = engine.forward
+    engine.forward = lambda inputs, views: shapes.append(inputs.shape) or forward(inputs, views)
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
+    assert shapes[0] == (4, bucket(max(len(p) for p in prompts) - 1))  # the last row twice more
     for i, prompt in enumerate(prompts):
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
 
@@ -103,3 +127,9 @@ def test_with_buckets_a_hybrid_models_replies_are_mlx_lms(tiny_qwen35, make_mlx,
     results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
     for i, prompt in enumerate(prompts):
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, 8)[1], i
+
+
+def test_the_floor_of_the_ladder_is_a_ladder_size_at_most_n():
+    for n in range(17, 3000):
+        assert bucket_floor(n) <= n and bucket(bucket_floor(n)) == bucket_floor(n)
+        assert bucket_floor(n) > n * 0.75  # at most a quarter cut
