@@ -16,6 +16,13 @@
 #   bash scripts/bench_gpu.sh sweep qwen3.5-0.8b                # ~5 min
 #   bash scripts/bench_gpu.sh http                              # ~2 min
 #   bash scripts/bench_gpu.sh underload                         # ~6 min, MLX only (issue 18's GPU goals)
+# MLX only (no llama.cpp build): stage the bundles that hold mlx, mlx-cuda-13, mlx-lm and the pure-Python
+# wheels (wheels.sh also takes llguidance==1.9.1 and py-spy, for scripts/trace_ttft.py's PYSPY), then
+#   bash scripts/gpu_mlx_only.sh && bash scripts/bench_gpu.sh models          # ~15 s + ~1 min
+# Seen on 2026-12-02 (one command each, 10 minutes at most): a fresh machine ~80 s of the lease before
+# the first command; `TARGETS=kinfer-mlx,mlx-lm LEVELS=1,16,64,256 sweep qwen3-0.6b` ~3 min;
+# `TARGETS=kinfer-mlx LEVELS=1,64,256 sweep qwen3-0.6b` ~1.7 min; `TARGETS=kinfer-mlx,mlx-lm
+# LEVELS=64,256 sweep qwen3.5-0.8b` over 5.5 min (it ran out a 330 s limit).
 # Results (JSON + markdown) go to $OUT (the run tool's output folder) or /tmp/kinfer-gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -46,6 +46,7 @@ class RequestSnapshot:
     age: float
     tail: str
     finish: FinishReason | None
+    choices: int = 1  # n: the request's replies, decoding side by side (generated counts them all)
 
 
 class RequestStream:
@@ -320,6 +321,7 @@ class RequestStream:
             age=now - self.created,
             tail=self._tail,
             finish=self.finish,
+            choices=self.choices,
         )
 
 

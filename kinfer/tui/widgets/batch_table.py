@@ -76,12 +76,15 @@ def short_id(request_id: str, width: int = 14) -> str:
 
 
 def state_label(request: RequestSnapshot) -> str:
+    """What the row is doing; a request for n replies says so (one row, n rows of the engine's batch)."""
     if request.finish is not None:
         failed = request.state == "failed" or request.finish == "error"
         return "failed" if failed else f"done ({request.finish})"
     if request.state == "prefill":
-        return f"prefill {request.prompt_processed}/{request.prompt_tokens}"
-    return request.state
+        label = f"prefill {request.prompt_processed}/{request.prompt_tokens}"
+    else:
+        label = request.state
+    return f"{label} x{request.choices}" if request.choices > 1 else label
 
 
 def make_row(request: RequestSnapshot, key: str, *, fading: bool) -> BatchRow:
