@@ -156,7 +156,9 @@ def main() -> int:
             with start(name, args, logs) as server:
 
                 def progress(level, label=server.target.label) -> None:
-                    print(f"  {label} c={level.concurrency}: {level.aggregate_tps:.1f} tok/s", flush=True)
+                    ttft = "-" if level.ttft_p50 is None else f"{level.ttft_p50:.2f} / {level.ttft_p95:.2f} s"
+                    tps = f"{level.aggregate_tps:.1f} tok/s"
+                    print(f"  {label} c={level.concurrency}: {tps}, TTFT p50 / p95 {ttft}", flush=True)
 
                 # same tokenizer everywhere: a server that cannot be calibrated borrows the last one's sizing
                 fallback = next((r.sizer for r in reversed(runs) if r.sizer.calibrated), None)
@@ -167,8 +169,21 @@ def main() -> int:
             print(f"{LABELS[name]}: {exc}", file=sys.stderr, flush=True)
             continue
         print(report.sweep_table(runs[-1]), flush=True)
+        write_reports(args, runs)  # after every server: a run cut short keeps what it measured
     if not runs:
         return 1
+    write_reports(args, runs)
+    print()
+    print(report.comparison_table(runs))
+    print()
+    print(report.plot(runs))
+    return 0
+
+
+def write_reports(args: argparse.Namespace, runs: list[SweepRun]) -> None:
+    """The markdown and JSON reports of the runs so far (`--markdown`, `--json`)."""
+    if not runs:
+        return
     command = "python scripts/bench_peers.py " + " ".join(sys.argv[1:])
     blocks = [
         f"Command: `{command}`",
@@ -177,15 +192,10 @@ def main() -> int:
         "TTFT p50:\n\n" + report.comparison_table(runs, markdown=True, metric="ttft"),
         *(report.sweep_table(run, markdown=True) for run in runs),
     ]
-    print()
-    print(report.comparison_table(runs))
-    print()
-    print(report.plot(runs))
     if args.markdown:
         args.markdown.write_text("\n\n".join(blocks) + "\n")
     if args.json:
         args.json.write_text(json.dumps(report.report_json(runs, command=command), indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
