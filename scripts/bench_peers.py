@@ -87,6 +87,7 @@ def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
             gpu_layers=999 if args.gpu else 0,
             log_dir=logs,
             label=label,
+            extra_args=tuple(args.llama_server_args.split()),
         )
     if name == "mlx-lm":
         return start_mlx_lm_server(args.mlx_dir, concurrency=rows, log_dir=logs, label=label)
@@ -117,6 +118,9 @@ def main() -> int:
     parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
     parser.add_argument(
         "--llama-server", type=Path, help="llama.cpp's C++ llama-server binary (target llama-server)"
+    )
+    parser.add_argument(
+        "--llama-server-args", default="", help="more llama-server flags, e.g. '-fa off' (one string)"
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="run the targets this many times, in turn (ABAB)"

@@ -30,7 +30,7 @@ from kinfer.constrain.runtime import GrammarVocab, MaskTable
 from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
-from kinfer.engines.mlx import blas, cuda_settings, fuse, kernels, shape_buckets
+from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
@@ -100,7 +100,6 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         path = Path(path)
         mx.set_cache_limit(int(cache_limit_gb * (1 << 30)))
         gpu = mx.default_device() == mx.gpu
-        cuda_settings.apply_serving_defaults()  # before the first pass: MLX reads them once
         log.info("MLX device: %s (BLAS preload: %s)", mx.default_device(), blas.preloaded or "none")
 
         self._tokenizer = MlxTokenizer(path)

@@ -11,7 +11,9 @@ late, and a long prompt stalling the streaming rows whenever its chunk met a new
 So on CUDA (`shape_buckets.enabled()`) every prefill attention call is padded to a bucket: rows to a
 power of two, query and key lengths to `shape_buckets.bucket` (a quarter octave: <= 25 % padding, four
 sizes per doubling). Padded keys are masked out and padded queries / rows are sliced off, so the real
-rows' results are the same attention over the same keys. Masks become explicit boolean arrays whenever
+rows' results are the same attention over the same keys. Up to `attention_ops.SHORT_CONTEXT` keys the
+padded call runs as MLX's own ops instead of cuDNN (no plan per shape at all); past it, cuDNN's flash
+attention, with its plan per (bucketed) shape. Masks become explicit boolean arrays whenever
 padding would move a causal mask's diagonal. Decode attention does not come here (kinfer's paged decode
 kernel has no per-shape cost; the engine pads the decode pass's rows: `shape_buckets.decode_rows`).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT, attention_ops
 from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
 
 
@@ -107,6 +110,8 @@ def _real_mask(mask: str | mx.array | None, length: int, context: int) -> mx.arr
 
 
 def _sdpa(queries, keys, values, scale, mask, sinks):
+    if keys.shape[2] <= SHORT_CONTEXT:  # MLX's own ops: no cuDNN plan per shape (attention_ops.py)
+        return attention_ops(queries, keys, values, scale, mask, sinks)
     if sinks is None:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
