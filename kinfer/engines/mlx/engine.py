@@ -433,10 +433,10 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
             for r, n in zip(rows, prefill.chunks, strict=True)
         ]
-        if self._pad_decode and not self.info.recurrent and len(rows) < shape_buckets.row_bucket(len(rows)):
+        extra = shape_buckets.row_bucket(len(rows)) - len(rows)
+        if extra and self._pad_decode and not self.info.recurrent:
             # a few pass shapes on CUDA (shape_buckets): the rows padded to a power of two with copies
             # of the last one, which write the same K/V to the same places; their outputs are dropped
-            extra = shape_buckets.row_bucket(len(rows)) - len(rows)
             slots = np.concatenate([slots, np.repeat(slots[-1:], extra)])
             tokens += [tokens[-1]] * extra
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)

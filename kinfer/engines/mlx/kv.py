@@ -136,14 +136,20 @@ def copy_blocks(layers: list[PagedLayer], pairs: list[tuple[int, int]]) -> None:
     once per step that copies, not once per adopted prompt."""
     if not pairs:
         return
+    blocks = np.array(pairs, dtype=np.int32)  # [n, 2]: (src, dst)
+    rows: dict[int, tuple[mx.array, mx.array]] = {}  # pool rows of the sources and targets, per block size
+
+    def pool_rows(size: int) -> tuple[mx.array, mx.array]:
+        if size not in rows:
+            flat = blocks[:, :, None] * size + np.arange(size, dtype=np.int32)  # [n, 2, size]
+            rows[size] = (mx.array(flat[:, 0].reshape(-1)), mx.array(flat[:, 1].reshape(-1)))
+        return rows[size]
+
     moves = []
     for layer in layers:
         if layer.keys is None:
             continue
-        size = layer.heads * BLOCK
-        span = np.arange(size, dtype=np.int32)
-        src = mx.array((np.array([s for s, _ in pairs], dtype=np.int32)[:, None] * size + span).reshape(-1))
-        dst = mx.array((np.array([d for _, d in pairs], dtype=np.int32)[:, None] * size + span).reshape(-1))
+        src, dst = pool_rows(layer.heads * BLOCK)
         moves.append((layer, dst, [mx.take(pool, src, axis=0) for pool in (layer.keys, layer.values)]))
     mx.eval([piece for _, _, pieces in moves for piece in pieces])
     for layer, dst, (keys, values) in moves:

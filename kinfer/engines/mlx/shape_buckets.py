@@ -36,12 +36,17 @@ def set_enabled(value: bool | None) -> None:
     _enabled = value
 
 
+def _ladder_step(n: int) -> int:
+    """The ladder's spacing around n (> MIN_BUCKET): an eighth of the power of two at or above n."""
+    top = 1 << (n - 1).bit_length()
+    return max(1, top // (2 * STEPS_PER_OCTAVE))
+
+
 def bucket(n: int) -> int:
     """The smallest size >= n of the ladder 16, 20, 24, 28, 32, 40, 48, ...: four per doubling."""
     if n <= MIN_BUCKET:
         return MIN_BUCKET
-    top = 1 << (n - 1).bit_length()  # the power of two at or above n
-    step = max(1, top // (2 * STEPS_PER_OCTAVE))
+    step = _ladder_step(n)
     return -(-n // step) * step
 
 
@@ -49,8 +54,7 @@ def bucket_floor(n: int) -> int:
     """The largest size <= n of the same ladder (n itself below MIN_BUCKET): a chunk cut to fit."""
     if n <= MIN_BUCKET:
         return n
-    top = 1 << (n - 1).bit_length()
-    step = max(1, top // (2 * STEPS_PER_OCTAVE))
+    step = _ladder_step(n)
     return n // step * step
 
 
