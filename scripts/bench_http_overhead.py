@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 from kinfer.bench import report
+from kinfer.bench.load import make_client
 from kinfer.bench.prompts import fit_sizer, prompt_text
 from kinfer.bench.servers import start_kinfer
 from kinfer.bench.stats import percentile
-from kinfer.bench.sweep import make_client, run_level
+from kinfer.bench.sweep import run_level
 from kinfer.engines.llama.sizing import available_threads
 from kinfer.store.bundled import bundled_gguf
 

@@ -14,6 +14,7 @@ default 22, of the bench's prompt text), each different; a warm-up round of 8-to
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from kinfer.bench.load import send_all
 from kinfer.bench.prompts import prompt_text
 from kinfer.bench.servers import start_kinfer
 from kinfer.bench.stats import percentile
@@ -60,42 +62,32 @@ async def one(client: httpx.AsyncClient, url: str, extra: dict, seed: int, token
     return record
 
 
+async def _request(client: httpx.AsyncClient, seed: int, *, url: str, extra: dict, tokens: int) -> dict:
+    return await one(client, url, extra, seed, tokens)
+
+
 def summary(values: list[float]) -> str:
     values = sorted(values)
     return " ".join(f"p{p}={percentile(values, p):.2f}" for p in (5, 50, 95)) + f" max={values[-1]:.2f}"
 
 
 async def trace(url: str, extra: dict, pid: int | None, streams: int, tokens: int, out: Path) -> None:
-    limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=streams + 8)
-    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-        await asyncio.gather(*(one(client, url, extra, i, 8) for i in range(streams)))
-        spy = None
-        if os.environ.get("PYSPY") and pid:
-            command = [
-                os.environ["PYSPY"],
-                "record",
-                "-p",
-                str(pid),
-                "-o",
-                str(out.with_suffix(".pyspy.txt")),
-            ]
-            command += [
-                "-f",
-                "raw",
-                "-r",
-                "100",
-                "--threads",
-                "-d",
-                os.environ.get("PYSPY_S", "6"),
-            ]
-            # PYSPY_NATIVE=1: C/C++ frames too (inside MLX); py-spy must pause the process for those
-            command += ["--native"] if os.environ.get("PYSPY_NATIVE") else ["--nonblocking"]
-            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        began = time.time()
-        records = await asyncio.gather(*(one(client, url, extra, 1000 + i, tokens) for i in range(streams)))
-        ended = time.time()
-        if spy:
-            spy.wait()
+    # from several client processes past load.STREAMS_PER_CLIENT streams: one would be the bottleneck
+    warm = functools.partial(_request, url=url, extra=extra, tokens=8)
+    await send_all(warm, range(streams), concurrency=streams)
+    spy = None
+    if os.environ.get("PYSPY") and pid:
+        command = [os.environ["PYSPY"], "record", "-p", str(pid), "-o", str(out.with_suffix(".pyspy.txt"))]
+        command += ["-f", "raw", "-r", "100", "--threads", "-d", os.environ.get("PYSPY_S", "6")]
+        # PYSPY_NATIVE=1: C/C++ frames too (inside MLX); py-spy must pause the process for those
+        command += ["--native"] if os.environ.get("PYSPY_NATIVE") else ["--nonblocking"]
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = functools.partial(_request, url=url, extra=extra, tokens=tokens)
+    records = await send_all(job, range(1000, 1000 + streams), concurrency=streams)
+    if spy:
+        spy.wait()
+    began = min(r["sent"] for r in records)  # the client processes start before the first request
+    ended = max(r.get("last", r["headers"]) for r in records)
     done = [r for r in records if "first" in r]
     generated = sum(r.get("tokens", 0) for r in records)
     print(

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import httpx
 
 from kinfer.bench.clients import Target, stream_chat
+from kinfer.bench.load import DEFAULT_TIMEOUT_S, make_client
 from kinfer.bench.prompts import PromptSizer, filler, prompt_text
 from kinfer.bench.stats import RequestResult
-from kinfer.bench.sweep import DEFAULT_TIMEOUT_S, calibrate, make_client
+from kinfer.bench.sweep import calibrate
 
 log = logging.getLogger(__name__)
 

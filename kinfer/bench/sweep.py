@@ -7,7 +7,7 @@ for them.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import itertools
 import logging
 import random
@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 import httpx
 
 from kinfer.bench.clients import ChatMessages, Target, count_prompt_tokens, stream_chat
+from kinfer.bench.load import DEFAULT_TIMEOUT_S, make_client, send_all
 from kinfer.bench.memory import MemoryProbe
 from kinfer.bench.prompts import PromptSizer, fit_sizer, prompt_text
-from kinfer.bench.stats import LevelSummary, summarize_level
+from kinfer.bench.stats import LevelSummary, RequestResult, summarize_level
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
 DEFAULT_PROMPT_TOKENS = 128
 DEFAULT_MAX_TOKENS = 128
-DEFAULT_TIMEOUT_S = 600.0
 CALIBRATION_WORDS = (8, 40)  # two small prompts: the line through them sizes every prompt
 WARMUP_TOKENS = 8
 
@@ -75,12 +75,6 @@ class PromptFactory:
         return [{"role": "user", "content": prompt_text(words, next(self.seeds))}], self.sizer.estimate(words)
 
 
-def make_client(max_streams: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> httpx.AsyncClient:
-    """A client with a connection for every concurrent stream plus the memory probe."""
-    limits = httpx.Limits(max_connections=max_streams + 8, max_keepalive_connections=max_streams + 8)
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout_s, connect=30.0))
-
-
 async def calibrate(client: httpx.AsyncClient, target: Target, seeds: Iterator[int]) -> PromptSizer:
     """Fit tokens-per-word and the template overhead from the server's usage at two small sizes.
 
@@ -113,20 +107,31 @@ async def run_level(
     max_tokens: int,
     temperature: float = 0.0,
 ) -> LevelSummary:
-    """Send every prompt with at most `concurrency` in flight; summarize when all are done."""
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(messages: ChatMessages, estimate: int):
-        async with gate:
-            return await stream_chat(
-                client, target, messages, max_tokens, temperature=temperature, prompt_estimate=estimate
-            )
-
+    """Send every prompt with at most `concurrency` in flight (from several client processes past
+    `load.STREAMS_PER_CLIENT`); summarize when all are done. `client` probes the server's memory."""
+    job = functools.partial(_stream_prompt, target=target, max_tokens=max_tokens, temperature=temperature)
     async with MemoryProbe(client, target) as probe:
-        start = time.perf_counter()
-        results = await asyncio.gather(*(one(m, e) for m, e in prompts))
-        wall = time.perf_counter() - start
+        results = await send_all(
+            job, prompts, concurrency=concurrency, timeout_s=client.timeout.read or DEFAULT_TIMEOUT_S
+        )
+    # first request sent -> last reply finished (perf_counter is the system's monotonic clock, the same
+    # in every client process)
+    wall = max(r.finished for r in results) - min(r.started for r in results) if results else 0.0
     return summarize_level(concurrency, results, max_tokens=max_tokens, wall_s=wall, memory=probe.peak())
+
+
+async def _stream_prompt(
+    client: httpx.AsyncClient,
+    prompt: tuple[ChatMessages, int],
+    *,
+    target: Target,
+    max_tokens: int,
+    temperature: float,
+) -> RequestResult:
+    messages, estimate = prompt
+    return await stream_chat(
+        client, target, messages, max_tokens, temperature=temperature, prompt_estimate=estimate
+    )
 
 
 async def run_sweep(

@@ -366,7 +366,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
         burst = burst_factor(len(filling), len(decoding), self._clock.budget.burst_limit)
         room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
-        passes = plan_prefill(filling, room, pad=not self.info.recurrent, ladder=self._pad_decode)
+        passes = plan_prefill(filling, room, pad=True, ladder=self._pad_decode)
         self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
             self._clock.budget.took(self._step_prefill, room)
@@ -433,16 +433,22 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
             for r, n in zip(rows, prefill.chunks, strict=True)
         ]
+        chunks = list(prefill.chunks)
         extra = shape_buckets.row_bucket(len(rows)) - len(rows)
-        if extra and self._pad_decode and not self.info.recurrent:
+        if extra and self._pad_decode:
             # a few pass shapes on CUDA (shape_buckets): the rows padded to a power of two with copies
-            # of the last one, which write the same K/V to the same places; their outputs are dropped
+            # of the last one, which write the same K/V and state to the same places; their outputs are
+            # dropped
             slots = np.concatenate([slots, np.repeat(slots[-1:], extra)])
             tokens += [tokens[-1]] * extra
+            chunks += [chunks[-1]] * extra
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
         inputs = mx.array(tokens)
         state_rows = mx.array(slots.astype(np.int32))
-        self.forward(inputs, self._views(layout, state_rows))  # logits unused: never computed
+        # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
+        # mask for the padding (see PrefillPass)
+        lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
+        self.forward(inputs, self._views(layout, state_rows, lengths))  # logits unused: never computed
         for row, n in zip(rows, prefill.chunks, strict=True):
             row.fed += n
             self._batch.set_position(row.slot, row.fed)
@@ -484,8 +490,11 @@ class MlxEngine(RowBlocks, ConstrainedRows):
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
-    def _views(self, layout: PassLayout, rows: mx.array | None) -> list:
-        return [PagedKV(x, layout) if isinstance(x, PagedLayer) else StateView(x, rows) for x in self._layers]
+    def _views(self, layout: PassLayout, rows: mx.array | None, lengths: mx.array | None = None) -> list:
+        return [
+            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, rows, lengths)
+            for layer in self._layers
+        ]
 
 
 def _arrays(layer) -> list[mx.array]:

@@ -3,7 +3,8 @@
 mlx-lm runs this recurrence with its own Metal kernel on Apple GPUs; everywhere else it falls back to a
 Python loop over the sequence, one compiled step per token. On a CUDA GPU that makes a prompt's prefill
 cost thousands of small launches per layer, and every decode step a few extra ones. This kernel is a CUDA
-port of mlx-lm's Metal kernel (scalar gate, no padding mask): one warp per (row, value head, value
+port of mlx-lm's Metal kernel (scalar gate; a right-padded pass's padding is masked through the gate,
+`hold_state_where_padded`): one warp per (row, value head, value
 column), its 32 lanes across the key dimension, the state kept in registers over the whole chunk.
 
 `install_gated_delta_hook` reroutes the `gated_delta_update` that mlx-lm's model modules imported, and
@@ -260,7 +261,7 @@ def _fits(k: mx.array, v: mx.array, a: mx.array, mask: mx.array | None, use_kern
     return (
         getattr(_pass, "kernel", False)
         and use_kernel
-        and mask is None
+        and (mask is None or mask.shape == k.shape[:2])  # [B, T]: a right-padded pass's real positions
         and a.ndim == 3  # a scalar gate per head (a vector gate has a Dk axis)
         and dk % 32 == 0
         and hv % hk == 0
@@ -269,6 +270,14 @@ def _fits(k: mx.array, v: mx.array, a: mx.array, mask: mx.array | None, use_kern
 
 
 _HOOKED = "_kinfer_gated_delta"
+
+
+def hold_state_where_padded(g: mx.array, beta: mx.array, mask: mx.array) -> tuple[mx.array, mx.array]:
+    """The gate and write strength that leave the state as it was at padded positions (mask False):
+    a decay of 1 and a write of 0 make the delta rule's step the identity, which is what mlx-lm's masked
+    recurrence does by keeping the old state there. The outputs at those positions are not used."""
+    real = mask[..., None]  # [B, T] over the heads of g and beta: [B, T, Hv]
+    return mx.where(real, g, mx.array(1, dtype=g.dtype)), mx.where(real, beta, mx.array(0, dtype=beta.dtype))
 
 
 def install_gated_delta_hook() -> int:
@@ -290,6 +299,8 @@ def install_gated_delta_hook() -> int:
             if options.get("allow_neg_eigval"):
                 beta = beta * 2.0
             g = gated_delta.compute_g(A_log, a, dt_bias)
+            if mask is not None:
+                g, beta = hold_state_where_padded(g, beta, mask)
             if state is None:
                 batch, _, _, dk = q.shape
                 hv, dv = v.shape[-2:]

@@ -174,10 +174,10 @@ def plan_prefill(rows: list[Row], budget: int, *, pad: bool, ladder: bool = Fals
     """This step's prompt chunks within `budget` tokens, first come first served.
 
     Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can.
-    `pad` (attention-only models): a row joins the pass of its chunk's power-of-two bucket, right-padded
-    to the longest chunk there (under 2x its own: a burst of ~equal prompts is one pass); padding
-    counts against the budget. Without `pad` (recurrent state would take in the padding) rows of equal
-    chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own.
+    `pad`: a row joins the pass of its chunk's power-of-two bucket, right-padded to the longest chunk
+    there (under 2x its own: a burst of ~equal prompts is one pass); padding counts against the budget.
+    Recurrent layers keep their state at each row's own end (state.StateView.lengths). Without `pad`
+    rows of equal chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own.
     `ladder` (CUDA, shape_buckets): a padded pass's length is padded on up to the bucket ladder, and a
     chunk cut short by the budget is cut to a ladder size, so passes come in a few shapes."""
     # a pass per key: (power-of-two bucket, True) padded, or (chunk, False) unpadded

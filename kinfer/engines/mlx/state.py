@@ -61,15 +61,18 @@ class StateView:
     """An ArraysCache look-alike over some rows' slots for one forward pass.
 
     rows: slot index of each batch entry; None means every slot in order (no gather, no scatter).
+    lengths: in a right-padded pass, each entry's real positions (the rest are padding); None: all real.
     """
 
-    def __init__(self, slots: StateSlots, rows: mx.array | None) -> None:
+    def __init__(self, slots: StateSlots, rows: mx.array | None, lengths: mx.array | None = None) -> None:
         self.slots = slots
         self.rows = rows
         self._read: dict[int, mx.array | None] = {}
-        # ArraysCache fields some layers consult: no padding, every position valid
+        # ArraysCache's fields, which mlx-lm's recurrent layers consult: with `lengths` they take each
+        # row's convolution window at its own end and, through make_mask, keep its state unchanged
+        # over the padding (the masked recurrence: gated_delta.py)
         self.left_padding = None
-        self.lengths = None
+        self.lengths = lengths
 
     def __getitem__(self, index: int) -> mx.array | None:
         if index not in self._read:
@@ -100,8 +103,9 @@ class StateView:
     def advance(self, n: int) -> None:
         pass
 
-    def make_mask(self, n: int) -> None:
-        return None
+    def make_mask(self, n: int) -> mx.array | None:
+        """[rows, n] True at real positions (ArraysCache's); None when every position is real."""
+        return None if self.lengths is None else mx.arange(n)[None, :] < self.lengths[:, None]
 
     def empty(self) -> bool:
         return self.slots.arrays[0] is None

@@ -40,6 +40,27 @@ def test_each_row_of_a_batch_matches_mlx_lm_alone(arch, tiny_models, make_mlx):
         assert results[f"r{i}"].finish == ("length" if len(tokens) == 20 else "stop")
 
 
+def test_unequal_prompts_of_a_recurrent_model_share_one_padded_pass(tiny_qwen35, make_mlx):
+    """Qwen3.5's recurrent layers take a right-padded pass: each row's state stops at its own end."""
+    engine = make_mlx(tiny_qwen35, prefill_chunk=512)
+    questions = ("What is the capital of France?", "And of Italy?", "What is the capital of Spain, please?")
+    prompts = [engine.tokenize(chat(q)) for q in questions]
+    passes = []
+    prefill = engine._prefill
+
+    def recording(pass_):
+        passes.append((pass_.length, tuple(pass_.chunks)))
+        return prefill(pass_)
+
+    engine._prefill = recording
+    results = run_jobs(engine, [job(f"r{i}", p, max_tokens=12) for i, p in enumerate(prompts)])
+
+    padded = [(length, chunks) for length, chunks in passes if min(chunks) < length]
+    assert padded and len(set(padded[0][1])) >= 2  # prompts of unequal lengths in one padded pass
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"r{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, 12)[1]
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 def test_a_row_reused_in_place_starts_fresh(arch, tiny_models, make_mlx):
     """Two rows: a short reply finishes, the next job takes its row while the long reply goes on."""

@@ -13,6 +13,7 @@ import pytest
 from kinfer.engines.mlx import blas  # noqa: F401
 from kinfer.engines.mlx.gated_delta import (
     gated_delta_kernel,
+    hold_state_where_padded,
     install_gated_delta_hook,
     kernel_available,
     kinfer_pass,
@@ -61,6 +62,40 @@ def test_outside_a_kinfer_pass_the_wrapper_is_mlx_lm_itself():
         y_cpu, _ = wrapper(*args)
     if not kernel_available():
         assert mx.array_equal(y_cpu, y_ref)
+
+
+def _right_padding(batch: int, length: int) -> mx.array:
+    """[batch, length] True at real positions: row i has length - 2 * i of them."""
+    return mx.arange(length)[None, :] < mx.array([length - 2 * i for i in range(batch)])[:, None]
+
+
+def test_padding_held_through_the_gate_is_mlx_lm_s_masked_recurrence():
+    # the unmasked recurrence with a decay of 1 and a write of 0 at padded positions leaves the state
+    # exactly where mlx-lm's masked recurrence keeps it (what lets the CUDA kernel take padded passes)
+    from mlx_lm.models.gated_delta import compute_g, gated_delta_ops
+
+    q, k, v, a, b, a_log, dt_bias, state = _inputs(length=9, dtype=mx.float32)
+    g, beta, mask = compute_g(a_log, a, dt_bias), mx.sigmoid(b), _right_padding(3, 9)
+    _, held = gated_delta_ops(q, k, v, *hold_state_where_padded(g, beta, mask), state)
+    _, masked = gated_delta_ops(q, k, v, g, beta, state, mask)
+    assert mx.array_equal(held, masked)
+    # and a row's state after its real positions is the state of a pass without its padding
+    _, alone = gated_delta_ops(q[2:, :5], k[2:, :5], v[2:, :5], g[2:, :5], beta[2:, :5], state[2:])
+    assert mx.allclose(held[2:], alone, atol=1e-6)
+
+
+@cuda
+def test_the_kernel_takes_a_right_padded_pass_like_mlx_lm_s_masked_recurrence():
+    from mlx_lm.models import gated_delta
+
+    install_gated_delta_hook()
+    wrapper = gated_delta.gated_delta_update
+    args = _inputs(length=20)
+    mask = _right_padding(3, 20)
+    with kinfer_pass():
+        _, state = wrapper(*args, mask)
+    _, state_ref = wrapper.__wrapped__(*args, mask)
+    assert float(mx.abs(state - state_ref).max()) < 1e-3 * (1 + float(mx.abs(state_ref).max()))
 
 
 @cuda

@@ -89,7 +89,8 @@ def buckets_on():
 def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
     tiny_qwen3, make_mlx, buckets_on
 ):
-    engine = make_mlx(tiny_qwen3, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
+    path = tiny_qwen3
+    engine = make_mlx(path, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
     prompts = pooled_and_fresh_prompts(engine)
     shapes = []
     forward = engine.forward
@@ -106,11 +107,15 @@ def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
     assert any(rows > 1 for rows, _ in shapes)
     assert all(rows == row_bucket(rows) and length in (bucket(length), *range(16)) for rows, length in shapes)
     for i, prompt in enumerate(prompts):
-        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
 
 
-def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(tiny_qwen3, make_mlx, buckets_on):
-    engine = make_mlx(tiny_qwen3, rows=4, prefill_chunk=512)
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(
+    arch, tiny_models, make_mlx, buckets_on
+):
+    path = tiny_models[arch]
+    engine = make_mlx(path, rows=4, prefill_chunk=512)
     prompts = [engine.tokenize(chat(QUESTIONS[1] + " and" * i)) for i in range(3)]  # one pass: 24-26 tokens
     shapes = []
     forward = engine.forward
@@ -118,7 +123,7 @@ def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(tiny_
     results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
     assert shapes[0] == (4, bucket(max(len(p) for p in prompts) - 1))  # the last row twice more
     for i, prompt in enumerate(prompts):
-        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
 
 
 def test_with_buckets_a_hybrid_models_replies_are_mlx_lms(tiny_qwen35, make_mlx, buckets_on):
