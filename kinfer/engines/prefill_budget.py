@@ -62,6 +62,11 @@ BURST_MAX = 4.0  # while more prompts wait than rows decode, the target grows wi
 # come sooner in fewer, larger steps: up to the chunk cap (8 x 256 = 2,048)
 UNTIMED_BURST_MAX = 8.0
 UNTIMED_BESIDE_DECODE = 256  # prompt tokens a step takes beside decoding rows when untimed (x burst)
+# untimed, a burst is counted in waiting prompts, not against the rows decoding: in a burst of 256 the
+# rows decoding are the burst's own first arrivals, so the ratio fell to 1 once half had started and the
+# other half waited at 256 prompt tokens a step, 100-500 ms each (H200, qwen3.5-0.8b shape: TTFT p95
+# 20.8 s). One prompt waiting (a long one beside streaming rows) keeps the plain share.
+UNTIMED_PROMPTS_PER_SHARE = 2  # waiting prompts per UNTIMED_BESIDE_DECODE share, up to the burst limit
 
 
 @dataclass
@@ -99,6 +104,16 @@ class PrefillBudget:
     def burst_limit(self) -> float:
         """The most a burst may stretch this budget's step target (`burst_factor`)."""
         return BURST_MAX if self.timed else UNTIMED_BURST_MAX
+
+    def burst(self, waiting: int, decoding: int) -> float:
+        """This step's multiple of the target while `waiting` prompts wait beside `decoding` rows:
+        timed, their ratio (`burst_factor`); untimed, one share per UNTIMED_PROMPTS_PER_SHARE waiting
+        prompts, whatever decodes (a step's host cost barely grows with its prompt tokens there)."""
+        if self.timed:
+            return burst_factor(waiting, decoding, self.burst_limit)
+        if decoding <= 0:
+            return 1.0
+        return min(self.burst_limit, max(1.0, waiting / UNTIMED_PROMPTS_PER_SHARE))
 
     def room(
         self,

@@ -124,6 +124,18 @@ def test_a_burst_of_waiting_prompts_stretches_the_step_target_boundedly(waiting,
     assert room == pytest.approx((0.1 * factor - 0.02) / 1e-5, rel=1e-3)
 
 
+@pytest.mark.parametrize(
+    ("waiting", "decoding", "factor"),
+    [(1, 16, 1.0), (2, 200, 1.0), (8, 200, 4.0), (120, 136, UNTIMED_BURST_MAX), (5, 0, 1.0)],
+)
+def test_untimed_a_burst_is_counted_in_waiting_prompts_not_against_decoding_rows(waiting, decoding, factor):
+    # the second half of a 256-stream burst waits beside the first half decoding: still a burst
+    untimed = PrefillBudget.on(0, 2048, gpu=True, timed=False)
+    assert untimed.burst(waiting, decoding) == factor
+    timed = PrefillBudget.on(0, 2048, gpu=True, timed=True)
+    assert timed.burst(waiting, decoding) == burst_factor(waiting, decoding, BURST_MAX)
+
+
 def test_an_untimed_budget_takes_a_fixed_share_every_step_unless_a_step_time_is_set():
     # MLX on CUDA: learned chunks made 64 prompts of 128 tokens wait 21-60 s for a first token on the
     # H200 where the cap alone took 1 s; beside decoding rows, the cap made 0.39 s gaps (prefill_budget.py)
@@ -132,11 +144,11 @@ def test_an_untimed_budget_takes_a_fixed_share_every_step_unless_a_step_time_is_
     untimed.decoded(0.01)
     assert untimed.room(2048, decoding=False) == 2048  # nobody streams: the whole cap
     assert untimed.room(2048, decoding=True) == UNTIMED_BESIDE_DECODE  # a long prompt beside streams
-    assert untimed.room(2048, decoding=True, burst=burst_factor(64, 4)) == 4 * UNTIMED_BESIDE_DECODE
+    assert untimed.room(2048, decoding=True, burst=untimed.burst(8, 4)) == 4 * UNTIMED_BESIDE_DECODE
     # a burst of 256 beside a few decoding rows: up to the whole cap (a prefill step's host cost on the
     # H200 barely grows with its tokens, so fewer and larger steps bring the first tokens sooner)
     assert untimed.burst_limit == UNTIMED_BURST_MAX == 8
-    assert untimed.room(2048, decoding=True, burst=burst_factor(240, 16, untimed.burst_limit)) == 2048
+    assert untimed.room(2048, decoding=True, burst=untimed.burst(240, 16)) == 2048
     assert untimed.room(2048, decoding=True, taken=200) == UNTIMED_BESIDE_DECODE - 200
     assert PrefillBudget.on(0, 2048, gpu=True, timed=True).room(2048, decoding=True) == FIRST_CHUNK
     explicit = PrefillBudget.on(50, 2048, gpu=True, timed=False)  # the setting wins

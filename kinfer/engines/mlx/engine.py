@@ -5,8 +5,9 @@ for attention, state.StateView for recurrent layers) and its own step loop:
 
 - every generating row advances in one decode pass; waiting prompts are prefilled in chunks (a token
   budget per step, prefill_budget.py) in separate passes of the same step, so running replies never
-  stall for long; the chunks of many prompts share a pass, right-padded to one length on attention-only
-  models (rows.plan_prefill), since every pass costs the host a whole forward pass;
+  stall for long; the chunks of many prompts share a pass, right-padded to one length (a recurrent
+  layer's state stops at each row's own end: rows.plan_prefill, state.StateView), since every pass
+  costs the host a whole forward pass;
 - sampling happens on the device for all rows at once (sampling.py), and step n+1 is dispatched
   (`mx.async_eval`) before the host reads step n's tokens;
 - a finished row's slot is taken by the next job in place; other rows are untouched;
@@ -53,7 +54,7 @@ from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
-from kinfer.engines.prefill_budget import PrefillBudget, StepClock, burst_factor
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
 log = logging.getLogger(__name__)
@@ -364,9 +365,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         decoded = self._decode(decoding, updates) if decoding else None
         processed = len(decoding)
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
-        burst = burst_factor(len(filling), len(decoding), self._clock.budget.burst_limit)
+        burst = self._clock.budget.burst(len(filling), len(decoding))
         room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
-        passes = plan_prefill(filling, room, pad=True, ladder=self._pad_decode)
+        passes = plan_prefill(filling, room, ladder=self._pad_decode)
         self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
             self._clock.budget.took(self._step_prefill, room)

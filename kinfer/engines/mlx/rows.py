@@ -170,14 +170,15 @@ class PrefillPass:
         return self.length * len(self.rows)
 
 
-def plan_prefill(rows: list[Row], budget: int, *, pad: bool, ladder: bool = False) -> list[PrefillPass]:
+def plan_prefill(rows: list[Row], budget: int, *, ladder: bool = False) -> list[PrefillPass]:
     """This step's prompt chunks within `budget` tokens, first come first served.
 
-    Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can.
-    `pad`: a row joins the pass of its chunk's power-of-two bucket, right-padded to the longest chunk
-    there (under 2x its own: a burst of ~equal prompts is one pass); padding counts against the budget.
-    Recurrent layers keep their state at each row's own end (state.StateView.lengths). Without `pad`
-    rows of equal chunks share a pass. The row at the budget's edge takes what is left, in a pass of its own.
+    Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can:
+    a row joins the pass of its chunk's power-of-two bucket, right-padded to the longest chunk there
+    (under 2x its own: a burst of ~equal prompts is one pass); padding counts against the budget.
+    Recurrent layers keep their state at each row's own end (state.StateView.lengths). A row with no
+    room left to pad gets an unpadded pass of its own chunk; the row at the budget's edge takes what is
+    left, in a pass of its own.
     `ladder` (CUDA, shape_buckets): a padded pass's length is padded on up to the bucket ladder, and a
     chunk cut short by the budget is cut to a ladder size, so passes come in a few shapes."""
     # a pass per key: (power-of-two bucket, True) padded, or (chunk, False) unpadded
@@ -193,9 +194,9 @@ def plan_prefill(rows: list[Row], budget: int, *, pad: bool, ladder: bool = Fals
         chunk = whole if members or whole <= budget else cut(budget)
         if chunk <= 0:
             continue
-        key = (1 << (chunk - 1).bit_length(), True) if pad else (chunk, False)
+        key = (1 << (chunk - 1).bit_length(), True)
         length = max(lengths.get(key, 0), chunk)
-        if pad and ladder:
+        if ladder:
             length = bucket(length)
         if min(r.ctx - r.fed for r, _ in [*members.get(key, []), (row, 0)]) < length:
             key, length = (chunk, False), chunk  # no room left in a row to pad it
@@ -207,7 +208,7 @@ def plan_prefill(rows: list[Row], budget: int, *, pad: bool, ladder: bool = Fals
             if ladder and whole > left < MIN_BUCKET:
                 break  # a sliver of a prompt is not worth a pass (each costs the host a whole one)
             chunk = length = cost = whole if whole <= left else cut(left)
-            if pad and ladder and chunk > 0 and bucket(chunk) <= min(left, row.ctx - row.fed):
+            if ladder and chunk > 0 and bucket(chunk) <= min(left, row.ctx - row.fed):
                 length = cost = bucket(chunk)  # its whole rest, padded: a ladder shape all the same
             key = (length, False)
             if chunk <= 0:

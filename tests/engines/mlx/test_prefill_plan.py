@@ -21,7 +21,7 @@ def rows(*lengths: int, fed: int = 0) -> list[Row]:
 
 def test_a_burst_of_similar_prompts_is_one_or_two_padded_passes():
     burst = rows(*(120 + i % 16 for i in range(64)))  # 64 prompts of 120-135 tokens
-    passes = plan_prefill(burst, 64 * 135, pad=True)
+    passes = plan_prefill(burst, 64 * 135)
     assert len(passes) <= 2  # one per power-of-two bucket of chunk length: here 128 and 256
     planned = [row for p in passes for row in p.rows]
     assert sorted(r.order for r in planned) == list(range(64))  # every row, once
@@ -32,27 +32,21 @@ def test_a_burst_of_similar_prompts_is_one_or_two_padded_passes():
 
 def test_padding_counts_against_the_budget_first_come_first_served():
     burst = rows(100, 101, 102, 103, 104)
-    padded, edge = plan_prefill(burst, 350, pad=True)
+    padded, edge = plan_prefill(burst, 350)
     assert [r.order for r in padded.rows] == [0, 1, 2] and padded.length == 101  # 3 x 101 positions
     assert [r.order for r in edge.rows] == [3] and edge.chunks == [350 - 303]  # the rest, unpadded
     assert padded.tokens + edge.tokens == 350
 
 
 def test_the_first_prompt_always_advances():
-    (only,) = plan_prefill(rows(300, 40), 16, pad=True)
+    (only,) = plan_prefill(rows(300, 40), 16)
     assert only.chunks == [16] and only.length == 16 and [r.order for r in only.rows] == [0]
-
-
-def test_without_padding_only_equal_chunks_share_a_pass():
-    passes = plan_prefill(rows(50, 50, 60), 1000, pad=False)
-    assert sorted((p.length, len(p.rows)) for p in passes) == [(49, 2), (59, 1)]
-    assert all(p.length == max(p.chunks) == min(p.chunks) for p in passes)
 
 
 def test_padding_never_runs_past_a_rows_context():
     (near_end,) = rows(CTX, fed=CTX - 10)  # 9 prompt tokens left, 10 positions before the row is full
     (long_one,) = rows(CTX, fed=CTX - 17)  # 16 left: the same bucket, padding near_end to 16 would overflow
-    passes = plan_prefill([long_one, near_end], 1000, pad=True)
+    passes = plan_prefill([long_one, near_end], 1000)
     assert sorted(c for p in passes for c in p.chunks) == [9, 16]
     for p in passes:
         assert all(row.fed + p.length <= CTX for row in p.rows)
@@ -62,7 +56,7 @@ def test_the_row_at_the_budgets_edge_never_takes_more_than_its_prompt_holds():
     # 3 x 128 padded positions leave 80 of the budget: the 20-token row takes its 19, not 80
     # (it overran its prompt before: IndexError on the H200 with 256 rows)
     burst = rows(128, 128, 128, 100, 20)
-    passes = plan_prefill(burst, 3 * 127 + 100, pad=True)
+    passes = plan_prefill(burst, 3 * 127 + 100)
     for p in passes:
         assert all(chunk <= row.prompt_len - 1 - row.fed for row, chunk in zip(p.rows, p.chunks, strict=True))
         assert all(chunk <= p.length for chunk in p.chunks)
@@ -72,16 +66,16 @@ def test_on_the_ladder_passes_come_in_a_few_shapes():
     """CUDA (shape_buckets): a padded pass's length is a ladder size, and so is a chunk the budget cuts:
     a matrix product of a new height costs cuBLASLt an algorithm search every time."""
     burst = rows(*(121 + i % 13 for i in range(40)))  # prompts of 121-133 tokens: chunks of 120-132
-    passes = plan_prefill(burst, 1000, pad=True, ladder=True)
+    passes = plan_prefill(burst, 1000, ladder=True)
     assert 1000 - 16 < sum(p.tokens for p in passes) <= 1000  # a sliver under 16 is left for later
     for p in passes:
         assert p.length == bucket(p.length)  # 128, 144, ...: the ladder
         assert all(chunk <= p.length for chunk in p.chunks)
-    (first,) = plan_prefill(rows(500), 300, pad=True, ladder=True)
+    (first,) = plan_prefill(rows(500), 300, ladder=True)
     assert first.chunks == [bucket_floor(300)] == [256]  # cut to the ladder (256, 320, ...), not to 300
 
 
 def test_the_ladder_never_pads_past_a_rows_context():
     (near_end,) = rows(CTX, fed=CTX - 18)  # 17 prompt tokens left, 18 positions: bucket(17) = 20 won't fit
-    (only,) = plan_prefill([near_end], 1000, pad=True, ladder=True)
+    (only,) = plan_prefill([near_end], 1000, ladder=True)
     assert only.chunks == [17] and near_end.fed + only.length <= CTX

@@ -16,6 +16,9 @@ from tests.engines.mlx.test_burst import pooled_and_fresh_prompts
 from tests.engines.mlx.test_engine import QUESTIONS
 
 HEADS, KV_HEADS, DIM = 4, 2, 16
+# the padded path composes attention from matrix products, which MLX's CUDA backend runs in TF32 for
+# float32 (differences of ~1e-4 on the H200, 2026-12-02); on a CPU the two agree to rounding
+ATOL = 1e-5 if mx.default_device() == mx.cpu else 2e-3
 
 
 def test_the_ladder_pads_at_most_a_quarter_with_four_sizes_a_doubling():
@@ -58,7 +61,7 @@ def test_padded_attention_equals_the_unpadded(batch, length, context, mask):
     q, k, v = attention(batch, length, context)
     got = bucketed_sdpa(q, k, v, 0.25, mask, None)
     assert got.shape == (batch, HEADS, length, DIM)
-    assert mx.allclose(got, plain(q, k, v, mask), atol=1e-5).item()
+    assert mx.allclose(got, plain(q, k, v, mask), atol=ATOL).item()
 
 
 def test_a_per_row_mask_and_sinks_survive_the_padding():
@@ -69,7 +72,7 @@ def test_a_per_row_mask_and_sinks_survive_the_padding():
     mask[..., 0] = True  # every query sees something
     sinks = mx.array(rng.standard_normal(HEADS).astype(np.float32))
     got = bucketed_sdpa(q, k, v, 0.25, mx.array(mask), sinks)
-    assert mx.allclose(got, plain(q, k, v, mx.array(mask), sinks), atol=1e-5).item()
+    assert mx.allclose(got, plain(q, k, v, mx.array(mask), sinks), atol=ATOL).item()
     assert not mx.isnan(got).any().item()
 
 
