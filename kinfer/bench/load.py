@@ -14,9 +14,11 @@ Linux and macOS, so a level's wall time may span processes (first request sent t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import multiprocessing
 import queue
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -81,7 +83,8 @@ def _send_from_processes(
         process.start()
     try:
         # every process has done its imports and holds its client before the first request goes out
-        ready.wait(timeout=START_TIMEOUT_S)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait(timeout=START_TIMEOUT_S)  # broken: a client failed first; its error is queued
         parts = [_next_part(results, processes) for _ in processes]
     finally:
         for process in processes:
@@ -109,6 +112,7 @@ def _client_process(job: Job, items: list, concurrency: int, timeout_s: float, r
     try:
         part = asyncio.run(_send_share(job, items, concurrency, timeout_s, ready=ready))
     except BaseException as exc:  # the parent raises it: a client that fails must not pass for a slow one
+        ready.abort()  # nobody waits for this client to start
         results.put((False, f"{type(exc).__name__}: {exc}"))
     else:
         results.put((True, part))
