@@ -22,7 +22,11 @@
 # Seen on 2026-12-02 (one command each, 10 minutes at most): a fresh machine ~80 s of the lease before
 # the first command; `TARGETS=kinfer-mlx,mlx-lm LEVELS=1,16,64,256 sweep qwen3-0.6b` ~3 min;
 # `TARGETS=kinfer-mlx LEVELS=1,64,256 sweep qwen3-0.6b` ~1.7 min; `TARGETS=kinfer-mlx,mlx-lm
-# LEVELS=64,256 sweep qwen3.5-0.8b` over 5.5 min (it ran out a 330 s limit).
+# LEVELS=64,256 sweep qwen3.5-0.8b` over 5.5 min (it ran out a 330 s limit); with the bench's client
+# processes (fifth session) `TARGETS=kinfer-mlx,mlx-lm LEVELS=64,256 sweep qwen3-0.6b` ~2 min, the same
+# at LEVELS=64 for qwen3.5-0.8b ~2.8 min and at LEVELS=256 ~2.5 min: one level a call for qwen3.5.
+# The CUDA-only tests run there too once pytest's wheels are staged (pip download pytest pluggy
+# iniconfig packaging into a bundle): `python3 -m pytest -p no:cacheprovider tests/engines/mlx/...`.
 # Results (JSON + markdown) go to $OUT (the run tool's output folder) or /tmp/kinfer-gpu-results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
