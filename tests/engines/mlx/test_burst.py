@@ -4,6 +4,7 @@ passes a step (rows.plan_prefill pads them to a shared length), and each reply i
 from __future__ import annotations
 
 from kinfer.engines.mlx import kv
+from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE, PrefillBudget, StepClock
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_alone, run_jobs
 from tests.engines.mlx.test_engine import QUESTIONS
@@ -84,3 +85,23 @@ def test_padded_and_continued_chunks_together_give_mlx_lms_tokens(tiny_qwen3, ma
     assert any(len(set(starts)) > 1 for starts in batched)  # rows at different positions, one call
     for i, prompt in enumerate(prompts):
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, 8)[1], i
+
+
+def test_untimed_the_second_half_of_a_burst_still_prefills_at_the_bursts_share(tiny_qwen3, make_mlx):
+    """MLX on CUDA (an untimed budget): 6 prompts waiting beside 12 rows that started decoding first
+    get three 256-token shares a step, not one: the rows decoding are the burst's own first half."""
+    engine = make_mlx(tiny_qwen3, rows=18, ctx=1024, prefill_chunk=2048, prefix_cache=False)
+    engine._clock = StepClock(PrefillBudget.on(0, 2048, gpu=True, timed=False))  # what CUDA gets
+    for i in range(12):
+        engine.submit(job(f"first{i}", engine.tokenize(chat(QUESTIONS[0])), max_tokens=50, ignore_eos=True))
+    while sum(row is not None and row.ready for row in engine._slots) < 12:
+        engine.step()
+    long_question = QUESTIONS[3] * 2  # ~150 tokens each: more than a 256-token share holds
+    for i in range(6):
+        engine.submit(job(f"second{i}", engine.tokenize(chat(long_question + " and" * i)), max_tokens=2))
+    prefilled = []
+    while len(prefilled) < 3:
+        engine.step()
+        if engine._step_prefill:
+            prefilled.append(engine._step_prefill)
+    assert prefilled[0] > 2 * UNTIMED_BESIDE_DECODE, prefilled  # 6 waiting: 3 shares, up to 768 tokens
