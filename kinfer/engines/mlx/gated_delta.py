@@ -4,8 +4,8 @@ mlx-lm runs this recurrence with its own Metal kernel on Apple GPUs; everywhere 
 Python loop over the sequence, one compiled step per token. On a CUDA GPU that makes a prompt's prefill
 cost thousands of small launches per layer, and every decode step a few extra ones. This kernel is a CUDA
 port of mlx-lm's Metal kernel (scalar gate; a right-padded pass's padding is masked through the gate,
-`hold_state_where_padded`): one warp per (row, value head, value
-column), its 32 lanes across the key dimension, the state kept in registers over the whole chunk.
+`hold_state_where_padded`): one warp per (row, value head, value column), its 32 lanes across the key
+dimension, the state kept in registers over the whole chunk.
 
 `install_gated_delta_hook` reroutes the `gated_delta_update` that mlx-lm's model modules imported, and
 the wrapper uses the kernel only inside `kinfer_pass()` (the MLX engine's own forward passes), so
