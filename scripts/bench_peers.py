@@ -176,7 +176,6 @@ def main() -> int:
         write_reports(args, runs)  # after every server: a run cut short keeps what it measured
     if not runs:
         return 1
-    write_reports(args, runs)
     print()
     print(report.comparison_table(runs))
     print()
@@ -186,8 +185,6 @@ def main() -> int:
 
 def write_reports(args: argparse.Namespace, runs: list[SweepRun]) -> None:
     """The markdown and JSON reports of the runs so far (`--markdown`, `--json`)."""
-    if not runs:
-        return
     command = "python scripts/bench_peers.py " + " ".join(sys.argv[1:])
     blocks = [
         f"Command: `{command}`",

@@ -30,7 +30,8 @@ from kinfer.bench.servers import start_kinfer
 from kinfer.bench.stats import percentile
 
 
-async def one(client: httpx.AsyncClient, url: str, extra: dict, seed: int, tokens: int) -> dict:
+async def one(client: httpx.AsyncClient, seed: int, *, url: str, extra: dict, tokens: int) -> dict:
+    """One streamed chat's times (a `load.send_all` job: client and item first)."""
     words = int(os.environ.get("WORDS", "22"))
     body = {
         "messages": [{"role": "user", "content": prompt_text(words, seed)}],
@@ -62,10 +63,6 @@ async def one(client: httpx.AsyncClient, url: str, extra: dict, seed: int, token
     return record
 
 
-async def _request(client: httpx.AsyncClient, seed: int, *, url: str, extra: dict, tokens: int) -> dict:
-    return await one(client, url, extra, seed, tokens)
-
-
 def summary(values: list[float]) -> str:
     values = sorted(values)
     return " ".join(f"p{p}={percentile(values, p):.2f}" for p in (5, 50, 95)) + f" max={values[-1]:.2f}"
@@ -73,7 +70,7 @@ def summary(values: list[float]) -> str:
 
 async def trace(url: str, extra: dict, pid: int | None, streams: int, tokens: int, out: Path) -> None:
     # from several client processes past load.STREAMS_PER_CLIENT streams: one would be the bottleneck
-    warm = functools.partial(_request, url=url, extra=extra, tokens=8)
+    warm = functools.partial(one, url=url, extra=extra, tokens=8)
     await send_all(warm, range(streams), concurrency=streams)
     spy = None
     if os.environ.get("PYSPY") and pid:
@@ -82,7 +79,7 @@ async def trace(url: str, extra: dict, pid: int | None, streams: int, tokens: in
         # PYSPY_NATIVE=1: C/C++ frames too (inside MLX); py-spy must pause the process for those
         command += ["--native"] if os.environ.get("PYSPY_NATIVE") else ["--nonblocking"]
         spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    job = functools.partial(_request, url=url, extra=extra, tokens=tokens)
+    job = functools.partial(one, url=url, extra=extra, tokens=tokens)
     records = await send_all(job, range(1000, 1000 + streams), concurrency=streams)
     if spy:
         spy.wait()

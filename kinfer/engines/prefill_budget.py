@@ -102,7 +102,7 @@ class PrefillBudget:
 
     @property
     def burst_limit(self) -> float:
-        """The most a burst may stretch this budget's step target (`burst_factor`)."""
+        """The most a burst may stretch this budget's step target (`burst`)."""
         return BURST_MAX if self.timed else UNTIMED_BURST_MAX
 
     def burst(self, waiting: int, decoding: int) -> float:
@@ -110,7 +110,7 @@ class PrefillBudget:
         timed, their ratio (`burst_factor`); untimed, one share per UNTIMED_PROMPTS_PER_SHARE waiting
         prompts, whatever decodes (a step's host cost barely grows with its prompt tokens there)."""
         if self.timed:
-            return burst_factor(waiting, decoding, self.burst_limit)
+            return burst_factor(waiting, decoding)
         if decoding <= 0:
             return 1.0
         return min(self.burst_limit, max(1.0, waiting / UNTIMED_PROMPTS_PER_SHARE))
@@ -166,15 +166,14 @@ class PrefillBudget:
             self.decode_s = _smooth(self.decode_s, seconds)
 
 
-def burst_factor(waiting: int, decoding: int, limit: float = BURST_MAX) -> float:
+def burst_factor(waiting: int, decoding: int) -> float:
     """The step target's multiple while `waiting` prompts wait beside `decoding` rows: 1 while no more
-    wait than decode, then their ratio, at most `limit` (`PrefillBudget.burst_limit`). A burst of new
-    requests is many people waiting for a first token against few waiting for their next one; a longer
-    step for the few brings every first token in sooner, and the gap they see stays bounded (`limit`
-    targets)."""
+    wait than decode, then their ratio, at most BURST_MAX. A burst of new requests is many people
+    waiting for a first token against few waiting for their next one; a longer step for the few
+    brings every first token in sooner, and the gap they see stays bounded (BURST_MAX targets)."""
     if decoding <= 0:
         return 1.0
-    return min(limit, max(1.0, waiting / decoding))
+    return min(BURST_MAX, max(1.0, waiting / decoding))
 
 
 def _smooth(old: float | None, new: float) -> float:

@@ -133,7 +133,7 @@ def test_untimed_a_burst_is_counted_in_waiting_prompts_not_against_decoding_rows
     untimed = PrefillBudget.on(0, 2048, gpu=True, timed=False)
     assert untimed.burst(waiting, decoding) == factor
     timed = PrefillBudget.on(0, 2048, gpu=True, timed=True)
-    assert timed.burst(waiting, decoding) == burst_factor(waiting, decoding, BURST_MAX)
+    assert timed.burst(waiting, decoding) == burst_factor(waiting, decoding)
 
 
 def test_an_untimed_budget_takes_a_fixed_share_every_step_unless_a_step_time_is_set():

@@ -13,6 +13,8 @@ matrix, though, where cuDNN's flash attention never does: so only up to SHORT_CO
 
 from __future__ import annotations
 
+import functools
+
 import mlx.core as mx
 
 SHORT_CONTEXT = 4096  # keys; 16 heads x a 2,048-token chunk x 4,096 keys of bf16 scores: 256 MiB
@@ -40,7 +42,7 @@ def attention_ops(
     scores = q @ mx.swapaxes(k, -1, -2)
     if mask is not None:
         if isinstance(mask, str):
-            allowed = mx.arange(context - length, context)[:, None] >= mx.arange(context)[None]
+            allowed = _causal(length, context)
         else:
             allowed = mx.broadcast_to(mask, (batch, heads, length, context))
             if allowed.dtype != mx.bool_:
@@ -61,3 +63,10 @@ def attention_ops(
         scores = scores[..., 1:]
     out = scores @ v
     return out.reshape(batch, heads, length, -1) if repeats > 1 else out
+
+
+@functools.lru_cache(maxsize=64)
+def _causal(length: int, context: int) -> mx.array:
+    """[length, context] True where a query may see a key (bottom-right causal): built once per shape,
+    not once per layer and pass (the pass shapes repeat: shape_buckets)."""
+    return mx.arange(context - length, context)[:, None] >= mx.arange(context)[None]

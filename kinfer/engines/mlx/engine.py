@@ -429,20 +429,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         rows, length = prefill.rows, prefill.length
         for row in rows:
             self._ensure_blocks(row, row.fed + length)
-        slots = np.array([r.slot for r in rows])
-        tokens = [
-            [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (length - n)]
-            for r, n in zip(rows, prefill.chunks, strict=True)
-        ]
-        chunks = list(prefill.chunks)
-        extra = shape_buckets.row_bucket(len(rows)) - len(rows)
-        if extra and self._pad_decode:
-            # a few pass shapes on CUDA (shape_buckets): the rows padded to a power of two with copies
-            # of the last one, which write the same K/V and state to the same places; their outputs are
-            # dropped
-            slots = np.concatenate([slots, np.repeat(slots[-1:], extra)])
-            tokens += [tokens[-1]] * extra
-            chunks += [chunks[-1]] * extra
+        rows_to = shape_buckets.row_bucket(len(rows)) if self._pad_decode else len(rows)
+        slots, tokens, chunks = prefill.inputs(rows_to)
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
         inputs = mx.array(tokens)
         state_rows = mx.array(slots.astype(np.int32))

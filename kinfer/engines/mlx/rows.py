@@ -169,6 +169,24 @@ class PrefillPass:
         """Positions the pass computes, padding included (what the step pays for)."""
         return self.length * len(self.rows)
 
+    def inputs(self, rows_to: int) -> tuple[np.ndarray, list[list[int]], list[int]]:
+        """The pass's slots, token rows (each chunk right-padded with its last token) and chunks, its rows
+        padded to `rows_to` with copies of the last one: they write the same K/V and recurrent state to
+        the same places, and their outputs are dropped (a few pass shapes on CUDA, shape_buckets)."""
+        slots = [r.slot for r in self.rows]
+        tokens = [
+            [*r.job.prompt[r.fed : r.fed + n], *[r.job.prompt[r.fed + n - 1]] * (self.length - n)]
+            for r, n in zip(self.rows, self.chunks, strict=True)
+        ]
+        extra = rows_to - len(self.rows)
+        if extra <= 0:
+            return np.array(slots), tokens, list(self.chunks)
+        return (
+            np.array(slots + slots[-1:] * extra),
+            tokens + tokens[-1:] * extra,
+            self.chunks + self.chunks[-1:] * extra,
+        )
+
 
 def plan_prefill(rows: list[Row], budget: int, *, ladder: bool = False) -> list[PrefillPass]:
     """This step's prompt chunks within `budget` tokens, first come first served.
