@@ -59,6 +59,7 @@ class MemoryProbe:
         self._interval = interval
         self._rss: int | None = None
         self._engine: dict[str, int] = {}
+        self._at_peak: dict[str, int] = {}  # the whole account of the sample with the largest total
         self._metrics = True  # stop asking once the server shows it has no kinfer metrics
         self._task: asyncio.Task | None = None
 
@@ -81,6 +82,8 @@ class MemoryProbe:
                 self._metrics, memory = False, {}
             for kind, value in memory.items():
                 self._engine[kind] = max(self._engine.get(kind, 0), value)
+            if memory.get("total", 0) > self._at_peak.get("total", 0):
+                self._at_peak = memory
 
     async def _run(self) -> None:
         while True:
@@ -100,4 +103,4 @@ class MemoryProbe:
         await self.sample()
 
     def peak(self) -> MemoryPeak:
-        return MemoryPeak(rss_bytes=self._rss, engine_bytes=dict(self._engine))
+        return MemoryPeak(rss_bytes=self._rss, engine_bytes=dict(self._engine), at_peak=dict(self._at_peak))

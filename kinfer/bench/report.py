@@ -305,6 +305,7 @@ def level_json(level: LevelSummary) -> dict[str, Any]:
     data["memory"] = {
         "rss_bytes": level.memory.rss_bytes,
         "engine_bytes": dict(level.memory.engine_bytes),
+        "engine_at_peak": dict(level.memory.at_peak),
         "engine_total_bytes": level.memory.engine_total,
         "engine_named_share": level.memory.named_share,
     }

@@ -82,6 +82,7 @@ class MemoryPeak:
 
     rss_bytes: int | None = None  # resident set of the server process (and its children)
     engine_bytes: dict[str, int] = field(default_factory=dict)  # kinfer_engine_memory_bytes by kind
+    at_peak: dict[str, int] = field(default_factory=dict)  # the account sampled when total was largest
 
     @property
     def engine_total(self) -> int | None:
@@ -95,12 +96,15 @@ class MemoryPeak:
 
     @property
     def named_share(self) -> float | None:
-        """How much of the allocator's peak total the account's named parts explain (weights, kv,
-        state, pool at their own peaks); None without an account. Issue 18 asks for >= 0.9."""
-        total = self.engine_bytes.get("total")
+        """How much of the allocator's total the account's named parts (weights, kv, state, pool and
+        scratch; `unexplained` is the rest) explain in the sample where the total was largest (each
+        part at its own peak where only those are known); None without an account. Issue 18 asks
+        for >= 0.9."""
+        account = self.at_peak or self.engine_bytes
+        total = account.get("total")
         if not total:
             return None
-        named = sum(self.engine_bytes.get(k, 0) for k in ("weights", "kv", "state", "pool"))
+        named = sum(account.get(k, 0) for k in ("weights", "kv", "state", "pool", "scratch"))
         return round(named / total, 3)
 
 

@@ -98,6 +98,10 @@ def test_engine_memory_total_leaves_out_high_water_marks():
     # the memory account: its parts explain the total, so only the total and the cache beside it count
     account = {"weights": 100, "kv": 150, "scratch": 50, "cache": 20, "total": 300, "peak": 400}
     assert MemoryPeak(engine_bytes=account).engine_total == 320
-    assert MemoryPeak(engine_bytes=account).named_share == round(250 / 300, 3)
+    assert MemoryPeak(engine_bytes=account).named_share == round(300 / 300, 3)
+    # with the account of the sample where the total peaked, the share is that sample's, not a sum of
+    # peaks taken at different moments
+    at_peak = {"weights": 100, "kv": 150, "scratch": 20, "unexplained": 130, "total": 400}
+    assert MemoryPeak(engine_bytes=account, at_peak=at_peak).named_share == round(270 / 400, 3)
     assert MemoryPeak(engine_bytes={"kv": 1}).named_share is None
     assert MemoryPeak().engine_total is None

@@ -216,6 +216,7 @@ class MlxEmbeddingEngine:
                     state=0,
                     pool=0,
                     cache=mx.get_cache_memory(),
+                    in_flight=0,  # a batch is evaluated before `embed` returns: nothing runs between
                 ).as_dict(),
                 "peak": mx.get_peak_memory(),
             },

@@ -195,6 +195,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
+        self._dispatched_bytes = 0  # bytes MLX's allocator grew by when the running step was dispatched
         self._copies: list[tuple[int, int]] = []  # (src, dst) KV blocks to copy before the next passes
         self._step_prefill = 0  # positions this step's prefill passes compute, padding included
         chunk, timed = self.plan.prefill_chunk, not kernels.on_cuda_gpu()  # CUDA: the cap (prefill_budget)
@@ -318,6 +319,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             paged=self._paged,
             recurrent=[layer for layer in self._layers if isinstance(layer, StateSlots)],
             pool=self._pool,
+            in_flight=self._dispatched_bytes,
             budget=self._budget,
         )
         return EngineStats(
@@ -375,6 +377,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             processed += self._prefill(prefill)
             updates.extend(row.progress_update() for row in prefill.rows)
         if decoded is None and processed == 0:
+            self._dispatched_bytes = 0
             return None
         outputs = [array for layer in self._layers for array in _arrays(layer)]
         if decoded is not None:
@@ -382,7 +385,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if self._history is not None:
             outputs.append(self._history)
         self.step_timer.lap("build", outputs)
+        before = mx.get_active_memory()
         mx.async_eval(outputs)
+        self._dispatched_bytes = max(0, mx.get_active_memory() - before)  # the account's scratch
         self.step_timer.lap("launch")
         self._counts["last"] = processed
         return decoded

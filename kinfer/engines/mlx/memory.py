@@ -1,8 +1,8 @@
 """The MLX engine's memory account (kinfer/engines/memory_account.py) and its run-time budget check.
 
 Everything the engine allocates goes through MLX's allocator, so `mx.get_active_memory()` is the
-total; the parts are read from the arrays that hold them, and scratch (a step's activations and
-logits, the penalty history, grammar masks) is what remains.
+total; the parts are read from the arrays that hold them, scratch is what the allocator grew by when the
+running step was dispatched (its activations and logits), and what no part names is `unexplained`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def mlx_account(
     paged: list[PagedLayer],
     recurrent: list[StateSlots],
     pool: PrefixPool | None,
+    in_flight: int,
     budget: int,
 ) -> MemoryAccount:
     return MemoryAccount.from_allocator(
@@ -50,6 +51,7 @@ def mlx_account(
         state=sum(layer.nbytes for layer in recurrent),
         pool=pool.state_bytes if pool is not None else 0,
         cache=mx.get_cache_memory(),
+        in_flight=in_flight,
         budget=budget,
     )
 

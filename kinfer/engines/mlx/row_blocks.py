@@ -106,9 +106,13 @@ class RowBlocks:
         return alloc.take(n)
 
     def _grow(self, blocks: int) -> None:
+        """Add `blocks` KV blocks to every paged layer, one layer at a time: grown lazily, every layer's
+        old and new pools would be alive together until the pass that first uses them ends (on a GPU
+        MLX frees a pass's buffers only then), ~2.5x the KV at that peak."""
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
+            mx.eval(layer.arrays)
 
     def _fork(self, parent: Row) -> None:
         """The job's other choices, once all of its prompt but the last token is in `parent`: each

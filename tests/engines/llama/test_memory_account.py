@@ -40,7 +40,7 @@ def test_the_pool_slots_recurrent_state_is_the_pools_part():
     )
 
     assert (account.state, account.pool) == (40, 40)
-    assert account.total == 100 + 40 + 80 + 10 == account.named + account.scratch
+    assert account.total == 100 + 40 + 80 + 10 == account.named and account.unexplained == 0
 
 
 def test_the_engine_reports_the_same_parts_as_mlx_and_they_add_up(make_engine):
