@@ -35,7 +35,8 @@ class SchedulerCollector(Collector):
         )
         memory = GaugeMetricFamily(
             "kinfer_engine_memory_bytes",
-            "Engine memory by part (weights, kv, state, pool, scratch, cache), allocator's total and peak",
+            "Engine memory by part (weights, kv, state, pool, scratch, unexplained, cache), "
+            "allocator's total and peak",
             labels=["model", "kind"],
         )
         budget = GaugeMetricFamily(

@@ -7,7 +7,11 @@ input (their weights concatenated) cuts the products per layer from seven to fou
 returns exactly its own slice, so mlx-lm's model code runs unchanged.
 
 A part recomputes the fused product whenever it sees a different input than the previous call, so a
-model that happened to call the parts on different inputs would stay correct (only slower).
+model that happened to call the parts on different inputs would stay correct (only slower). Once every
+part has taken its slice the shared outputs are let go: held until the layer's next call, they kept
+the last prefill pass's projections of every layer alive wherever the decode pass does not go through
+the modules (the compiled step): 1,388 MB of MLX memory no part of the account named, for as long as
+the model stayed loaded (H200, qwen3-0.6b shape, a 2,048-token pass).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class _Shared:
         self.offsets = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
         self.last: mx.array | None = None
         self.outputs: list[mx.array] = []
+        self.taken: set[int] = set()  # the parts that took their slice of `outputs`
 
 
 class FusedPart(nn.Module):
@@ -46,10 +51,14 @@ class FusedPart(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         shared = self._shared
-        if shared.last is not x:
+        if shared.last is not x or self._index in shared.taken:
             shared.outputs = mx.split(shared.linear(x), shared.offsets, axis=-1)
-            shared.last = x
-        return shared.outputs[self._index]
+            shared.last, shared.taken = x, set()
+        out = shared.outputs[self._index]
+        shared.taken.add(self._index)
+        if len(shared.taken) == len(shared.outputs):  # every part has its slice: hold none of them
+            shared.last, shared.outputs, shared.taken = None, [], set()
+        return out
 
 
 def _fusable(parts: list[nn.Module]) -> bool:

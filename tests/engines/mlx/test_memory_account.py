@@ -77,8 +77,27 @@ def test_memory_no_pass_holds_is_unexplained_not_scratch(tiny_qwen35, make_mlx):
     mx.eval(ballast)
     memory = engine.stats().memory
     assert memory["scratch"] == 0
-    assert memory["unexplained"] - idle["unexplained"] == ballast.nbytes
+    # (small allocations may come meanwhile: 8 bytes more on the H200)
+    assert ballast.nbytes <= memory["unexplained"] - idle["unexplained"] < ballast.nbytes + MIB
     del ballast
+
+
+def test_a_fused_compiled_engine_leaves_nothing_unnamed_after_its_replies(tiny_qwen3, make_mlx):
+    # the GPU's defaults: fused projections and the compiled decode step, which skips the modules; the
+    # fused projections once kept the last prefill pass's outputs of every layer (1,388 MB on the H200
+    # for a qwen3-0.6b shape; ~1.4 MB here), memory that only `unexplained` showed
+    gc.collect()
+    mx.synchronize()
+    before = mx.get_active_memory()
+    engine = make_mlx(
+        tiny_qwen3, rows=16, ctx=256, fuse_projections=True, compiled_step=True, prefix_cache=False
+    )
+    prompts = [[3 + (7 * i + j) % 400 for j in range(128)] for i in range(16)]
+    results = run_jobs(engine, [job(f"j{i}", p, 6, ignore_eos=True) for i, p in enumerate(prompts)])
+    assert all(r.new_tokens == 6 for r in results.values())
+    gc.collect()
+    mx.synchronize()
+    assert engine.stats().memory["unexplained"] - before < 64 * 1024
 
 
 def test_a_budget_smaller_than_the_plan_shrinks_it_and_replies_still_come(tiny_qwen35, make_mlx):
