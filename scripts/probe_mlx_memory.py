@@ -1,13 +1,14 @@
 """Where the MLX engine's unnamed memory lives, step by step: a burst of prompts, then decoding.
 
-    PYTHONPATH=/tmp/site:$PWD python3 scripts/probe_mlx_memory.py MODEL_DIR [ROWS] [PROMPT] [TOKENS]
+    PYTHONPATH=/tmp/site:$PWD python3 scripts/probe_mlx_memory.py MODEL_DIR [ROWS] [PROMPT] [TOKENS] [pool]
 
 For each step: what it dispatched (prompt positions, decoding rows), MLX's active memory before it,
 right after it (where the worker reads the engine's account), 20 ms later, and on every fifth step
 after `mx.synchronize()` (nothing in flight), each as the bytes no named part holds (active minus
 weights, KV, state and pool), beside the account's scratch (the dispatched step's growth). Diagnostic
 for issue 18's memory account (on the H200 the account left 1.9 GB unnamed at 16 and 64 streams of a
-qwen3-0.6b shape while its scratch read ~0). Greedy, EOS ignored, random prompt ids, no prefix pool.
+qwen3-0.6b shape while its scratch read ~0). Greedy, EOS ignored, random prompt ids, no prefix pool
+unless the fifth argument is `pool`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def main() -> None:
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     prompt = int(sys.argv[3]) if len(sys.argv) > 3 else 128
     tokens = int(sys.argv[4]) if len(sys.argv) > 4 else 32
-    engine = MlxEngine(path, name=path.name, rows=rows, ctx=prompt + tokens + 64, prefix_cache=False)
+    pool = len(sys.argv) > 5 and sys.argv[5] == "pool"
+    engine = MlxEngine(path, name=path.name, rows=rows, ctx=prompt + tokens + 64, prefix_cache=pool)
     rng = random.Random(0)
     vocab = min(engine._batch.vocab - 8, 20000)
     for i in range(rows):
