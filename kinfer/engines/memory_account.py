@@ -12,8 +12,8 @@ shows there, growing):
 - scratch: activations and compute buffers. MLX: the buffers of the pass in flight, as the allocator
   grew while the pass was dispatched (on a GPU MLX allocates a pass's buffers as it encodes it and
   gives them back as the pass finishes, so a long prefill pass can hold many layers' activations at
-  once), at most what the parts above leave of `total`; llama.cpp: its compute and
-  output buffers, as its log reports them.
+  once), at most what the parts above leave of `total`; llama.cpp: its compute and output buffers, as
+  its log reports them.
 - cache: MLX's cache of freed buffers, kept for reuse. It is *beside* `total` (MLX does not count it
   as active), so the process holds about total + cache; llama.cpp has none (0).
 
