@@ -38,7 +38,7 @@ class _Shared:
         self.offsets = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
         self.last: mx.array | None = None
         self.outputs: list[mx.array] = []
-        self.taken: set[int] = set()  # the parts that took their slice of `outputs`
+        self.left = 0  # slices of `outputs` not taken yet
 
 
 class FusedPart(nn.Module):
@@ -51,13 +51,13 @@ class FusedPart(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         shared = self._shared
-        if shared.last is not x or self._index in shared.taken:
+        if shared.last is not x:
             shared.outputs = mx.split(shared.linear(x), shared.offsets, axis=-1)
-            shared.last, shared.taken = x, set()
+            shared.last, shared.left = x, len(shared.outputs)
         out = shared.outputs[self._index]
-        shared.taken.add(self._index)
-        if len(shared.taken) == len(shared.outputs):  # every part has its slice: hold none of them
-            shared.last, shared.outputs, shared.taken = None, [], set()
+        shared.left -= 1
+        if shared.left == 0:  # as many slices taken as there are parts: hold none of them
+            shared.last, shared.outputs = None, []
         return out
 
 
