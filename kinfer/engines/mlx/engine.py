@@ -51,7 +51,7 @@ from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
 from kinfer.engines.mlx.sampling import needs_penalties, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
-from kinfer.engines.mlx.state import StateSlots, StateView
+from kinfer.engines.mlx.state import StateSlots, StateView, padding_mask
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
 from kinfer.engines.prefill_budget import PrefillBudget, StepClock
@@ -485,8 +485,10 @@ class MlxEngine(RowBlocks, ConstrainedRows):
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
     def _views(self, layout: PassLayout, rows: mx.array | None, lengths: mx.array | None = None) -> list:
+        # one padding mask for the pass, not one per recurrent layer
+        mask = None if lengths is None else padding_mask(lengths, layout.length)
         return [
-            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, rows, lengths)
+            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, rows, lengths, mask)
             for layer in self._layers
         ]
 

@@ -64,9 +64,17 @@ class StateView:
     lengths: in a right-padded pass, each entry's real positions (the rest are padding); None: all real.
     """
 
-    def __init__(self, slots: StateSlots, rows: mx.array | None, lengths: mx.array | None = None) -> None:
+    def __init__(
+        self,
+        slots: StateSlots,
+        rows: mx.array | None,
+        lengths: mx.array | None = None,
+        mask: mx.array | None = None,
+    ) -> None:
+        """`mask`: `padding_mask(lengths, n)` of the pass, built once for all its recurrent layers."""
         self.slots = slots
         self.rows = rows
+        self._mask = mask
         self._read: dict[int, mx.array | None] = {}
         # ArraysCache's fields, which mlx-lm's recurrent layers consult: with `lengths` they take each
         # row's convolution window at its own end and, through make_mask, keep its state unchanged
@@ -105,7 +113,11 @@ class StateView:
 
     def make_mask(self, n: int) -> mx.array | None:
         """[rows, n] True at real positions (ArraysCache's); None when every position is real."""
-        return None if self.lengths is None else mx.arange(n)[None, :] < self.lengths[:, None]
+        if self.lengths is None:
+            return None
+        if self._mask is not None and self._mask.shape[1] == n:
+            return self._mask
+        return padding_mask(self.lengths, n)
 
     def empty(self) -> bool:
         return self.slots.arrays[0] is None
@@ -116,3 +128,8 @@ class StateView:
     @property
     def nbytes(self) -> int:
         return self.slots.nbytes
+
+
+def padding_mask(lengths: mx.array, n: int) -> mx.array:
+    """[rows, n] True at each row's first `lengths[row]` positions (the real ones of a right-padded pass)."""
+    return mx.arange(n)[None, :] < lengths[:, None]
