@@ -144,6 +144,12 @@ class Settings:
     mlx_fuse_projections: bool | None = _setting(
         None, "MLX: q/k/v and gate/up as one matrix product each (auto: on a GPU)", group=DIAGNOSTIC
     )
+    mlx_warm_up: bool = _setting(
+        True,
+        "MLX on CUDA: at load, run every decode row bucket and one-row prompt chunk shape once "
+        "(off: each costs ~0.2 s the first time it comes up while serving)",
+        group=DIAGNOSTIC,
+    )
 
     @property
     def models_dir(self) -> Path:

@@ -92,4 +92,5 @@ def mlx_engine_kwargs(settings: Settings, ctx: int | None) -> dict:
         "precompiled_kernels": settings.mlx_precompiled_kernels,
         "compiled_step": settings.mlx_compiled_step,
         "fuse_projections": settings.mlx_fuse_projections,
+        "warm_up": settings.mlx_warm_up,
     }

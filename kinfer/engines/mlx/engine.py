@@ -54,6 +54,8 @@ from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, StateView, padding_mask
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
+from kinfer.engines.mlx.warm_up import ScratchPass, blocks_for, warm_shapes
+from kinfer.engines.mlx.warm_up import warm_up as run_warm_up
 from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
 
@@ -71,7 +73,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
     GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and gate/up as one matrix product each; None =
     only on a GPU), precompiled_kernels (CUDA: those kernels compiled once and launched precompiled; off: it
     did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py).
-    `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). group: serve this
+    `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). warm_up (CUDA):
+    run the pass shapes serving meets first once at load (warm_up.py). group: serve this
     rank's tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
     size: rows, context and pool decided elsewhere (by a distributed rank 0, so every rank sizes alike).
     """
@@ -93,6 +96,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         fuse_projections: bool | None = None,
         precompiled_kernels: bool = False,
         compiled_step: bool = True,
+        warm_up: bool = True,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
         group: mx.distributed.Group | None = None,
@@ -205,6 +209,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._counts = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         if self_check:
             self_check_engine(self)  # a batched-cache mismatch fails here, at load
+        if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
+            run_warm_up(warm_shapes(self.plan.rows, recurrent=bool(recurrent)), self._scratch_pass())
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -364,7 +370,11 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
+        self._dispatched_bytes = 0
         decoded = self._decode(decoding, updates) if decoding else None
+        if decoded is not None:
+            history = [] if self._history is None else [self._history]
+            self._launch([*self._cache_arrays(), decoded.tokens, *(decoded.logprobs or ()), *history])
         processed = len(decoding)
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
         burst = self._clock.budget.burst(len(filling), len(decoding))
@@ -375,22 +385,29 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             self._clock.budget.took(self._step_prefill, room)
         for prefill in passes:
             processed += self._prefill(prefill)
+            self._launch(self._cache_arrays())
+            self._save_checkpoints(prefill)
             updates.extend(row.progress_update() for row in prefill.rows)
         if decoded is None and processed == 0:
-            self._dispatched_bytes = 0
             return None
-        outputs = [array for layer in self._layers for array in _arrays(layer)]
-        if decoded is not None:
-            outputs += [decoded.tokens, *(decoded.logprobs or ())]
-        if self._history is not None:
-            outputs.append(self._history)
+        self._counts["last"] = processed
+        return decoded
+
+    def _launch(self, outputs: list[mx.array]) -> None:
+        """Start one pass on the device, apart from the step's other passes. On CUDA MLX cuts what one
+        eval encodes into CUDA graphs of ~20 kernels, each instantiated the first time its topology
+        comes up (warm_up.py): a pass evaluated after another would start mid-graph at an offset
+        that depends on the other pass, making graphs the warm-up never ran. The allocator's growth
+        meanwhile is the account's scratch (MLX allocates a pass's buffers as it encodes it)."""
         self.step_timer.lap("build", outputs)
         before = mx.get_active_memory()
         mx.async_eval(outputs)
-        self._dispatched_bytes = max(0, mx.get_active_memory() - before)  # the account's scratch
+        self._dispatched_bytes += max(0, mx.get_active_memory() - before)
         self.step_timer.lap("launch")
-        self._counts["last"] = processed
-        return decoded
+
+    def _cache_arrays(self) -> list[mx.array]:
+        """The KV pools and recurrent state every pass writes (evaluated with it)."""
+        return [array for layer in self._layers for array in _arrays(layer)]
 
     def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
         batch = self._batch
@@ -401,6 +418,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         inputs = batch.inputs(rows)
         if plan.padding:
             inputs = mx.concatenate([inputs.astype(mx.int32), mx.zeros((plan.padding,), dtype=mx.int32)])
+        mx.async_eval(inputs)  # apart: the pass's graphs then start where the warm-up's did (_launch)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
         if plan.padding:
             logits = logits[: len(rows)]
@@ -447,9 +465,18 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             row.fed += n
             self._batch.set_position(row.slot, row.fed)
             self._counts["prompt"] += n
-            if self._pool is not None and row.fed in row.checkpoints:
-                self._save(row, row.fed)
         return prefill.tokens
+
+    def _save_checkpoints(self, prefill: PrefillPass) -> None:
+        """Pool the rows of a launched pass that reached a checkpoint. After the launch, not while the
+        pass is built: a snapshot is evaluated at once (state.py), and it would otherwise evaluate the
+        pass's recurrent layers itself, outside `_launch` (their buffers missing from the account's
+        scratch, the pass cut into graphs the warm-up never made)."""
+        if self._pool is None:
+            return
+        for row in prefill.rows:
+            if row.fed in row.checkpoints:
+                self._save(row, row.fed)
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
@@ -481,6 +508,25 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             logits = out if inputs.shape[1] == 1 else []
             mx.eval([a for layer in self._layers for a in _arrays(layer)], logits)
         return out
+
+    def _scratch_pass(self) -> ScratchPass:
+        """Passes on the scratch slot (warm_up.py), with KV blocks taken for a pass and given back."""
+        scratch = self.plan.rows
+        own = [int(self._batch.table(np.array([scratch]))[0, 0])]  # its one block
+        taken: list[int] = []
+
+        def table(tokens: int) -> np.ndarray:
+            taken.extend(self._take_blocks(blocks_for(tokens) - len(own)))
+            self._batch.set_table(scratch, own + taken)
+            return self._batch.table(np.array([scratch]))[0]
+
+        def release() -> None:
+            self._alloc.release(taken)
+            taken.clear()
+            self._batch.clear_table(scratch)
+            self._batch.set_table(scratch, own)
+
+        return ScratchPass(scratch, table, release, self._views, self.forward, self._cache_arrays)
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 

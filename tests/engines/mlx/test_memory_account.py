@@ -146,3 +146,25 @@ def test_over_the_budget_new_rows_wait_for_running_ones(tiny_qwen35, make_mlx):
     engine.submit(second)
     while engine.has_work:
         engine.step()
+
+
+def test_a_checkpoint_is_pooled_after_its_pass_is_launched(tiny_qwen35, make_mlx):
+    # a snapshot is evaluated at once (state.py): taken while its pass was still being built, it evaluated
+    # the pass's recurrent layers itself, outside the launch that measures the step's scratch (on the
+    # H200, 0.8-4.9 GB that no part named at 16 and 64 streams of a Qwen3.5 shape)
+    engine = make_mlx(tiny_qwen35, rows=4, ctx=512)
+    events: list[str] = []
+    for name in ("_prefill", "_launch", "_save"):
+        method = getattr(engine, name)
+
+        def spy(*args, _method=method, _name=name):
+            events.append(_name)
+            return _method(*args)
+
+        setattr(engine, name, spy)
+    prompt = engine.tokenize(chat("Which bread keeps longest?", system=SYSTEM))
+    checkpoint = len(engine.tokenize(chat("", system=SYSTEM))) // 2
+    run_jobs(engine, [job("a", prompt, 4, checkpoints=(checkpoint,))])
+    saves = [i for i, event in enumerate(events) if event == "_save"]
+    assert saves, events  # the checkpoint, and the reply's end
+    assert all(events[i - 1] != "_prefill" for i in saves), events  # never inside a pass being built

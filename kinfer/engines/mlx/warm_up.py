@@ -1,0 +1,115 @@
+"""Run the pass shapes a server meets first while it loads, not while replies stream (MLX on CUDA).
+
+On MLX's CUDA backend a pass shape seen for the first time costs the host 180-240 ms (new traces and
+JIT-built kernels of the compiled layers, a matrix product's algorithm search), where a step takes
+~10 ms. Buckets keep the shapes few (shape_buckets.py), but each still came first once while rows
+streamed: on the H200 (qwen3.5-0.8b shape), with 16 rows decoding, a 50,000-token prompt's first
+256-token chunk, its last shorter chunk and the first 17-row decode stalled the 16 replies for
+188-236 ms each, against a median step of 9 ms. The same first sightings slowed a fresh server's first
+burst.
+
+So a CUDA engine runs, at load, one pass of each shape of that kind:
+- a decode pass at every row count `shape_buckets.decode_rows` can produce for the engine's rows;
+- a one-row prefill pass at every ladder length up to a prompt's share of a step beside decoding rows
+  (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
+  recurrent model both with and without a padded end (its padding mask is a different graph).
+Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
+
+Each pass is evaluated on its own, as serving evaluates each pass of a step on its own (the engine's
+`_launch`): MLX cuts an eval into CUDA graphs of ~20 kernels and instantiates a graph the first time its
+topology comes up, so a pass must start a graph where it started here for its graphs to be the same.
+
+The passes run on the engine's scratch slot (the one the decode padding rows point at) with KV blocks
+taken for the occasion and given back, so no row's KV, state or pooled prefix is touched; a full
+decode batch (every slot in order, no gather) also overwrites the free slots' recurrent state, which a
+row resets when it takes a slot. On a CPU or Metal nothing is padded to buckets and nothing runs here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from kinfer.engines.mlx.kv import BLOCK, PassLayout
+from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
+from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmShape:
+    """One pass to run: `rows` rows of `length` tokens (length 1: a decode pass); `padded`: a prefill
+    pass whose row ends before its last position (a recurrent model's masked graph)."""
+
+    rows: int
+    length: int
+    padded: bool = False
+
+    @property
+    def decode(self) -> bool:
+        return self.length == 1
+
+
+def warm_shapes(
+    slots: int, *, recurrent: bool, prefill_up_to: int = UNTIMED_BESIDE_DECODE
+) -> list[WarmShape]:
+    """The shapes an engine of `slots` rows runs at load: every decode row count, then one-row
+    prefill lengths of the ladder up to `prefill_up_to`."""
+    decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
+    lengths = sorted({bucket(n) for n in range(MIN_BUCKET, prefill_up_to + 1)})
+    shapes = [WarmShape(rows, 1) for rows in decode]
+    for length in lengths:
+        shapes.append(WarmShape(1, length))
+        if recurrent:
+            shapes.append(WarmShape(1, length, padded=True))
+    return shapes
+
+
+@dataclass(frozen=True)
+class ScratchPass:
+    """What a warm-up pass needs of the engine (MlxEngine passes its own methods)."""
+
+    scratch: int  # the scratch slot's index (== the engine's rows)
+    table: Callable[[int], np.ndarray]  # the scratch slot's block table, with room for n tokens
+    release: Callable[[], None]  # give back the blocks `table` took
+    views: Callable[[PassLayout, mx.array | None, mx.array | None], list]
+    forward: Callable[[mx.array, list], mx.array]
+    outputs: Callable[[], list[mx.array]]  # the caches' arrays the pass writes
+
+
+def run_shape(shape: WarmShape, engine: ScratchPass) -> None:
+    """One pass of `shape` on the scratch slot, waited for; its tokens are dropped."""
+    full = shape.decode and shape.rows == engine.scratch + 1  # every slot in order: no gather
+    table = np.repeat(engine.table(shape.length)[None, :], shape.rows, axis=0)
+    layout = PassLayout(table, np.zeros(shape.rows, dtype=np.int64), shape.length, decode=shape.decode)
+    state_rows = None if full else mx.array(np.full(shape.rows, engine.scratch, dtype=np.int32))
+    lengths = mx.array([shape.length - 1]) if shape.padded else None
+    inputs = mx.zeros((shape.rows, shape.length), dtype=mx.int32)
+    mx.eval(inputs)  # apart, as serving's inputs are: the pass's own graphs start at its first kernel
+    try:
+        out = engine.forward(inputs, engine.views(layout, state_rows, lengths))
+        # a greedy decode pass samples as serving's does (sampling.sample): its last graph is the same
+        tokens = [mx.argmax(out[:, -1, :], axis=-1).astype(mx.int32)] if shape.decode else []
+        mx.eval([*engine.outputs(), *tokens])
+    finally:
+        engine.release()
+
+
+def warm_up(shapes: list[WarmShape], engine: ScratchPass) -> float:
+    """Run every shape once; returns the seconds it took (logged)."""
+    started = time.perf_counter()
+    for shape in shapes:
+        run_shape(shape, engine)
+    seconds = time.perf_counter() - started
+    log.info("warmed %d pass shapes in %.1f s", len(shapes), seconds)
+    return seconds
+
+
+def blocks_for(tokens: int) -> int:
+    return (tokens + BLOCK - 1) // BLOCK

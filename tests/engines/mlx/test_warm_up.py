@@ -1,0 +1,106 @@
+"""The pass shapes a CUDA engine runs once at load (warm_up.py), so their first sighting (~0.2 s each on
+the H200) never stalls streaming replies: every decode row count the buckets can produce, and a long
+prompt's one-row chunks. They run on the scratch slot with borrowed KV blocks: the rows served after
+must not notice (same greedy tokens as mlx-lm, every block given back)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.shape_buckets import decode_rows
+from kinfer.engines.mlx.warm_up import ScratchPass, WarmShape, run_shape, warm_shapes
+from tests.engines.mlx.fixtures import *  # noqa: F403
+from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.test_engine import QUESTIONS
+
+
+@pytest.fixture
+def padded():
+    shape_buckets.set_enabled(True)
+    yield
+    shape_buckets.set_enabled(None)
+
+
+def test_every_decode_row_count_the_buckets_make_is_warmed():
+    shapes = warm_shapes(64, recurrent=False)
+    decode = [s.rows for s in shapes if s.decode]
+    assert decode == sorted({decode_rows(n, 64) for n in range(1, 65)})
+    assert decode[:8] == list(range(1, 9)) and decode[-1] == 65  # one stream's sizes, the full batch
+
+
+def test_a_long_prompts_one_row_chunks_are_warmed_up_to_its_share_beside_decoding():
+    lengths = [s.length for s in warm_shapes(16, recurrent=False) if not s.decode]
+    assert lengths[0] == 16 and lengths[-1] == 256  # a chunk of the share, its last shorter one
+    assert {shape_buckets.bucket(n) for n in range(1, 257)} <= set(lengths)
+
+
+def test_a_recurrent_model_warms_its_padded_chunks_too():
+    shapes = warm_shapes(16, recurrent=True)
+    prefill = [s for s in shapes if not s.decode]
+    assert {s.length for s in prefill if s.padded} == {s.length for s in prefill if not s.padded}
+
+
+class Recorder:
+    """A ScratchPass whose passes are recorded, not run."""
+
+    def __init__(self, slots: int) -> None:
+        self.passes: list[tuple[tuple[int, ...], bool, bool]] = []
+        self.released = 0
+        self.pass_ = ScratchPass(slots, self.table, self.release, self.views, self.forward, list)
+
+    def table(self, tokens: int) -> np.ndarray:
+        return np.zeros(4, dtype=np.int64)
+
+    def release(self) -> None:
+        self.released += 1
+
+    def views(self, layout, state_rows, lengths):
+        return [state_rows, lengths]
+
+    def forward(self, inputs: mx.array, views: list) -> mx.array:
+        state_rows, lengths = views
+        self.passes.append((tuple(inputs.shape), state_rows is None, lengths is not None))
+        return mx.zeros((*inputs.shape, 8))
+
+
+def test_a_pass_runs_its_shape_on_the_scratch_slot_and_gives_its_blocks_back():
+    recorder = Recorder(slots=4)
+    for shape in (WarmShape(3, 1), WarmShape(5, 1), WarmShape(1, 32), WarmShape(1, 32, padded=True)):
+        run_shape(shape, recorder.pass_)
+    # a full batch (every slot and the scratch one) runs in order, as serving runs it: no gather
+    assert recorder.passes == [
+        ((3, 1), False, False),
+        ((5, 1), True, False),
+        ((1, 32), False, False),
+        ((1, 32), False, True),
+    ]
+    assert recorder.released == 4
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen3", "tiny_qwen35"])
+def test_rows_served_after_the_warm_up_read_the_same_tokens_as_mlx_lm(model, request, make_mlx, padded):
+    path = request.getfixturevalue(model)
+    engine = make_mlx(path, rows=6)
+    assert engine._alloc.used == 1  # only the scratch slot's own block: the warm-up gave its blocks back
+    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS[:3]]
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
+
+
+def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, monkeypatch):
+    ran = []
+    monkeypatch.setattr("kinfer.engines.mlx.engine.run_warm_up", lambda shapes, _: ran.append(len(shapes)))
+    try:
+        shape_buckets.set_enabled(False)  # a CPU or Metal: no buckets, nothing to warm
+        make_mlx(tiny_qwen3, rows=4)
+        assert ran == []
+        shape_buckets.set_enabled(True)  # CUDA
+        make_mlx(tiny_qwen3, rows=4)
+        make_mlx(tiny_qwen3, rows=4, warm_up=False)
+    finally:
+        shape_buckets.set_enabled(None)
+    assert ran == [len(warm_shapes(4, recurrent=False))]
