@@ -506,7 +506,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             out = self._model(inputs, cache=views) if decoder is None else decoder(inputs, views)
         if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)
             logits = out if inputs.shape[1] == 1 else []
-            mx.eval([a for layer in self._layers for a in _arrays(layer)], logits)
+            mx.eval(self._cache_arrays(), logits)
         return out
 
     def _scratch_pass(self) -> ScratchPass:
