@@ -3,7 +3,8 @@
 MLX encodes and launches a graph primitive by primitive (on CUDA ~5 us of host time each), so the count
 of primitives a decode step builds is the number to cut, and it can be measured on any machine: a CPU
 build gives the same graph as a GPU build. `OpCounter` stands in for the engine's step timer
-(step_timer.py) and counts the graph handed to `mx.async_eval`, by walking it with `mx.export_to_dot`
+(step_timer.py) and counts each graph handed to `mx.async_eval` (one per pass the step launches: one
+for a decode-only step), by walking it with `mx.export_to_dot`
 (everything not yet evaluated: this step's work only, since the previous step's arrays were evaluated
 or scheduled already). Slow (a text dump per step): run it apart from timed runs.
 """
@@ -29,7 +30,8 @@ def count_primitives(outputs: list[mx.array]) -> Counter[str]:
 
 
 class OpCounter(NoTimer):
-    """Records every step's primitive counts (`steps`: one Counter per step that built a graph)."""
+    """Records every launched pass's primitive counts (`steps`: one Counter per pass; a decode-only step
+    launches one)."""
 
     def __init__(self) -> None:
         self.steps: list[Counter[str]] = []

@@ -4,8 +4,8 @@ The engine calls `start()` as a step begins, `lap(phase)` as each phase ends (th
 previous lap is that phase's) and `stop()` as the step ends (the time since the last lap is `other`), so
 a step's phases add up to its total. Phases:
 
-- build: Python building the lazy graph (step start -> the outputs handed to `mx.async_eval`)
-- launch: inside `mx.async_eval`: MLX encoding the graph and launching it on the device
+- build: Python building the lazy graphs (up to each pass's outputs handed to `mx.async_eval`)
+- launch: inside `mx.async_eval`: MLX encoding each pass's graph and launching it on the device
 - wait: the host waiting on the device (reading the previous step's tokens back)
 - other: the rest (row bookkeeping, stop checks, detokenizing, updates)
 

@@ -104,3 +104,23 @@ def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, mon
     finally:
         shape_buckets.set_enabled(None)
     assert ran == [len(warm_shapes(4, recurrent=False))]
+
+
+def test_a_step_launches_each_of_its_passes_on_its_own(tiny_qwen3, make_mlx):
+    # one eval per pass: on CUDA a pass evaluated after another would start mid-graph, in graphs the
+    # warm-up never made (MlxEngine._launch)
+    engine = make_mlx(tiny_qwen3, rows=4)
+    launches = []
+    launch = engine._launch
+    engine._launch = lambda outputs: (launches.append(len(outputs)), launch(outputs))[1]
+    short, long = engine.tokenize(chat("Hi")), engine.tokenize(chat("Tell me " + "more " * 40))
+    assert len(long) > 2 * len(short)  # chunks of different power-of-two buckets: two passes
+    engine.submit(job("short", short, 4))
+    engine.submit(job("long", long, 4))
+    engine.step()
+    assert len(launches) == 2  # the two prompts' passes, nothing decoding yet
+    while any(not row.ready for row in engine._rows.values()):
+        engine.step()
+    launches.clear()
+    engine.step()
+    assert len(launches) == 1  # both rows decode in one pass
