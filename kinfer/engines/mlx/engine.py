@@ -32,6 +32,7 @@ from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
+from kinfer.engines.mlx.caches import cache_arrays, pass_views
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
@@ -39,7 +40,6 @@ from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import (
     BlockAllocator,
-    PagedKV,
     PagedLayer,
     PassLayout,
     install_attention_hook,
@@ -48,16 +48,16 @@ from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, w
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
-from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, plan_prefill
+from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, check_prompt, plan_prefill
 from kinfer.engines.mlx.sampling import needs_penalties, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
-from kinfer.engines.mlx.state import StateSlots, StateView, padding_mask
+from kinfer.engines.mlx.state import StateSlots
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
-from kinfer.engines.mlx.warm_up import ScratchPass, blocks_for, warm_shapes
+from kinfer.engines.mlx.warm_up import warm_shapes
 from kinfer.engines.mlx.warm_up import warm_up as run_warm_up
 from kinfer.engines.prefill_budget import PrefillBudget, StepClock
-from kinfer.errors import Busy, EngineFailure, InvalidRequest, PromptTooLong
+from kinfer.errors import Busy, EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -251,16 +251,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         The job's other choices hold free slots until its prompt is in, then fork from it (`_fork`)."""
         if any(key[0] == job.job_id for key in self._rows):
             raise InvalidRequest(f"job {job.job_id} is already running")
-        if not job.prompt:
-            raise InvalidRequest("empty prompt")
-        if len(job.prompt) > self.plan.ctx:
-            raise PromptTooLong(
-                f"prompt of {len(job.prompt)} tokens; a row holds {self.plan.ctx}",
-                prompt_tokens=len(job.prompt),
-                limit=self.plan.ctx,
-            )
-        if max(job.prompt) >= self._batch.vocab or min(job.prompt) < 0:
-            raise InvalidRequest("prompt has token ids outside the vocabulary")
+        check_prompt(job.prompt, ctx=self.plan.ctx, vocab=self._batch.vocab)
         check_bias_ids(job.sampling, self._batch.vocab)
         if job.max_tokens <= 0:
             self._finished_early.extend(
@@ -406,8 +397,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self.step_timer.lap("launch")
 
     def _cache_arrays(self) -> list[mx.array]:
-        """The KV pools and recurrent state every pass writes (evaluated with it)."""
-        return [array for layer in self._layers for array in _arrays(layer)]
+        return cache_arrays(self._layers)
 
     def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
         batch = self._batch
@@ -418,7 +408,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         inputs = batch.inputs(rows)
         if plan.padding:
             inputs = mx.concatenate([inputs.astype(mx.int32), mx.zeros((plan.padding,), dtype=mx.int32)])
-        mx.async_eval(inputs)  # apart: the pass's graphs then start where the warm-up's did (_launch)
+        if self._pad_decode:  # CUDA: apart, so the pass's graphs start where the warm-up's did (_launch)
+            mx.async_eval(inputs)
         logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
         if plan.padding:
             logits = logits[: len(rows)]
@@ -467,17 +458,6 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             self._counts["prompt"] += n
         return prefill.tokens
 
-    def _save_checkpoints(self, prefill: PrefillPass) -> None:
-        """Pool the rows of a launched pass that reached a checkpoint. After the launch, not while the
-        pass is built: a snapshot is evaluated at once (state.py), and it would otherwise evaluate the
-        pass's recurrent layers itself, outside `_launch` (their buffers missing from the account's
-        scratch, the pass cut into graphs the warm-up never made)."""
-        if self._pool is None:
-            return
-        for row in prefill.rows:
-            if row.fed in row.checkpoints:
-                self._save(row, row.fed)
-
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
         self.step_timer.lap("other")
@@ -509,35 +489,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             mx.eval(self._cache_arrays(), logits)
         return out
 
-    def _scratch_pass(self) -> ScratchPass:
-        """Passes on the scratch slot (warm_up.py), with KV blocks taken for a pass and given back."""
-        scratch = self.plan.rows
-        own = [int(self._batch.table(np.array([scratch]))[0, 0])]  # its one block
-        taken: list[int] = []
-
-        def table(tokens: int) -> np.ndarray:
-            taken.extend(self._take_blocks(blocks_for(tokens) - len(own)))
-            self._batch.set_table(scratch, own + taken)
-            return self._batch.table(np.array([scratch]))[0]
-
-        def release() -> None:
-            self._alloc.release(taken)
-            taken.clear()
-            self._batch.clear_table(scratch)
-            self._batch.set_table(scratch, own)
-
-        return ScratchPass(scratch, table, release, self._views, self.forward, self._cache_arrays)
-
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
     def _views(self, layout: PassLayout, rows: mx.array | None, lengths: mx.array | None = None) -> list:
-        # one padding mask for the pass, not one per recurrent layer
-        mask = None if lengths is None else padding_mask(lengths, layout.length)
-        return [
-            PagedKV(layer, layout) if isinstance(layer, PagedLayer) else StateView(layer, rows, lengths, mask)
-            for layer in self._layers
-        ]
-
-
-def _arrays(layer) -> list[mx.array]:
-    return layer.arrays() if isinstance(layer, PagedLayer) else layer.live()
+        return pass_views(self._layers, layout, rows, lengths)

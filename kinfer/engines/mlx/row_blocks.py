@@ -8,7 +8,9 @@ forked yet (`_held`, `_finished_early`). Forking a job's other choices (`_fork`)
 per choice (`_order`, `_tokenizer`, `_grammar_vocab`, `_init_history`). Whole blocks are shared by
 reference (the allocator counts holders); a part-filled last block is copied, because the row writes
 into it. The copies wait in `_copies` (both blocks held) and are made together, once per step, before
-its passes (`_flush_copies`): each batch of copies waits for the device once.
+its passes (`_flush_copies`): each batch of copies waits for the device once. Checkpoints are pooled
+once their pass is launched (`_save_checkpoints`), and the warm-up borrows blocks for the scratch slot
+(`_scratch_pass`: also the engine's `_views`, `forward`, `_cache_arrays`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import mlx.core as mx
+import numpy as np
 
 from kinfer.engines.base import JobUpdate, choice_sampling
 from kinfer.engines.mlx.kv import BLOCK, copy_blocks
-from kinfer.engines.mlx.rows import Row
+from kinfer.engines.mlx.rows import PrefillPass, Row
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, needs_penalties
 from kinfer.engines.mlx.state import StateSlots
+from kinfer.engines.mlx.warm_up import ScratchPass
 from kinfer.errors import EngineFailure
 
 
@@ -113,6 +117,36 @@ class RowBlocks:
         for layer in self._paged:
             layer.resize(self._alloc.total)
             mx.eval(layer.arrays)
+
+    def _save_checkpoints(self, prefill: PrefillPass) -> None:
+        """Pool the rows of a launched pass that reached a checkpoint. After the launch, not while the
+        pass is built: a snapshot is evaluated at once (state.py), and it would otherwise evaluate the
+        pass's recurrent layers itself, outside `_launch` (their buffers missing from the account's
+        scratch, the pass cut into graphs the warm-up never made)."""
+        if self._pool is None:
+            return
+        for row in prefill.rows:
+            if row.fed in row.checkpoints:
+                self._save(row, row.fed)
+
+    def _scratch_pass(self) -> ScratchPass:
+        """Passes on the scratch slot (warm_up.py), with KV blocks taken for a pass and given back."""
+        scratch = self.plan.rows
+        own = [int(self._batch.table(np.array([scratch]))[0, 0])]  # its one block
+        taken: list[int] = []
+
+        def table(tokens: int) -> np.ndarray:
+            taken.extend(self._take_blocks((tokens + BLOCK - 1) // BLOCK - len(own)))
+            self._batch.set_table(scratch, own + taken)
+            return self._batch.table(np.array([scratch]))[0]
+
+        def release() -> None:
+            self._alloc.release(taken)
+            taken.clear()
+            self._batch.clear_table(scratch)
+            self._batch.set_table(scratch, own)
+
+        return ScratchPass(scratch, table, release, self._views, self.forward, self._cache_arrays)
 
     def _fork(self, parent: Row) -> None:
         """The job's other choices, once all of its prompt but the last token is in `parent`: each

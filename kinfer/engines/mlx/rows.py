@@ -7,7 +7,7 @@ flight included), `sampled` (tokens drawn, in flight included) and `generated` (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
@@ -20,6 +20,7 @@ from kinfer.engines.mlx.logits import LogprobRows, bias_table
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, bucket_floor, decode_rows
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
+from kinfer.errors import InvalidRequest, PromptTooLong
 from kinfer.protocol import FinishReason
 
 
@@ -152,6 +153,18 @@ class Row:
             error=error if finish == "error" else None,
             choice=self.choice,
         )
+
+
+def check_prompt(prompt: Sequence[int], *, ctx: int, vocab: int) -> None:
+    """A prompt a row can take: not empty, within the row's context, every id in the vocabulary."""
+    if not prompt:
+        raise InvalidRequest("empty prompt")
+    if len(prompt) > ctx:
+        raise PromptTooLong(
+            f"prompt of {len(prompt)} tokens; a row holds {ctx}", prompt_tokens=len(prompt), limit=ctx
+        )
+    if max(prompt) >= vocab or min(prompt) < 0:
+        raise InvalidRequest("prompt has token ids outside the vocabulary")
 
 
 @dataclass(frozen=True)

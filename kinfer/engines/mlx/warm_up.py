@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx.kv import BLOCK, PassLayout
+from kinfer.engines.mlx.kv import PassLayout
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 
@@ -109,7 +109,3 @@ def warm_up(shapes: list[WarmShape], engine: ScratchPass) -> float:
     seconds = time.perf_counter() - started
     log.info("warmed %d pass shapes in %.1f s", len(shapes), seconds)
     return seconds
-
-
-def blocks_for(tokens: int) -> int:
-    return (tokens + BLOCK - 1) // BLOCK
