@@ -18,8 +18,9 @@ shows there, growing):
   as active), so the process holds about total + cache; llama.cpp has none (0).
 
 Engines put `MemoryAccount.as_dict()` in `EngineStats.memory`, plus `peak` (the allocator's high-water
-mark) where known, and counts that are not bytes (`kv_blocks_used`, `kv_blocks_total`), which the
-byte gauges skip.
+mark) where known, `peak_recent` (its high-water mark over the last seconds, where the engine keeps
+one: what a benchmark reads per level, as the lifetime mark holds the load and every level before),
+and counts that are not bytes (`kv_blocks_used`, `kv_blocks_total`), which the byte gauges skip.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import asdict, dataclass
 
 # the parts, in display order: with `unexplained` they sum to `total`; `cache` is beside it
 PARTS = ("weights", "kv", "state", "pool", "scratch", "unexplained", "cache")
-BYTE_KINDS = (*PARTS, "total", "peak", "budget")  # memory keys that are bytes (others are counts)
+# memory keys that are bytes (others are counts)
+BYTE_KINDS = (*PARTS, "total", "peak", "peak_recent", "budget")
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ folder first on PYTHONPATH (Python imports `sitecustomize` at start-up).
 One line per step slower than KINFER_STEP_SLOW seconds (default 0.08; 0: every step): wall time, the
 step's ms, prompt positions prefilled, rows decoding and filling, and the step timer's phases (build,
 launch, wait, other; kinfer/engines/mlx/step_timer.py). KINFER_STEP_PROFILE=1 adds a cProfile of each
-slow step. scripts/trace_ttft.py reads such a log beside its own request timeline. This is how the H200's
-burst steps were found to spend 100-300 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
+slow step, KINFER_STEP_MEMORY=1 the memory account's parts in MB. scripts/trace_ttft.py reads such a
+log beside its own request timeline. This is how the H200's burst steps were found to spend
+100-300 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def _install() -> None:
     out = open(os.environ["KINFER_STEP_HOOK"], "a", buffering=1)  # noqa: SIM115  (lives as long as the server)
     slow = float(os.environ.get("KINFER_STEP_SLOW", "0.08"))
     profile = bool(os.environ.get("KINFER_STEP_PROFILE"))
+    memory = bool(os.environ.get("KINFER_STEP_MEMORY"))  # the memory account's parts, in MB
 
     def logged_step(self):
         if not isinstance(self.step_timer, StepTimer):
@@ -50,7 +52,9 @@ def _install() -> None:
             laps = " ".join(f"{name}={value * 1000:.1f}" for name, value in phases.items())
             out.write(
                 f"{time.time():.3f} step {seconds * 1000:.1f}ms prefill={self._step_prefill} "
-                f"decoding={ready} filling={len(active) - ready} updates={len(updates)} {laps}\n"
+                f"decoding={ready} filling={len(active) - ready} updates={len(updates)} {laps}"
+                + (" " + _parts(self.stats().memory) if memory else "")
+                + "\n"
             )
             if profiler:
                 text = io.StringIO()
@@ -59,6 +63,11 @@ def _install() -> None:
         return updates
 
     mlx_engine.MlxEngine.step = logged_step
+
+
+def _parts(account: dict) -> str:
+    keys = ("total", "peak_recent", "scratch", "unexplained", "pool", "state", "kv", "cache")
+    return " ".join(f"{key}={account.get(key, 0) / 2**20:.0f}" for key in keys)
 
 
 def _install_once_imported() -> None:

@@ -44,7 +44,7 @@ from kinfer.engines.mlx.kv import (
     PassLayout,
     install_attention_hook,
 )
-from kinfer.engines.mlx.memory import device_budget, mlx_account, over_budget, weight_bytes
+from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
@@ -202,6 +202,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._dispatched_bytes = 0  # bytes MLX's allocator grew by when the running step was dispatched
         self._copies: list[tuple[int, int]] = []  # (src, dst) KV blocks to copy before the next passes
         self._step_prefill = 0  # positions this step's prefill passes compute, padding included
+        self._peaks = PeakWindow()  # MLX's high-water mark, per step (the account's peak_recent)
         chunk, timed = self.plan.prefill_chunk, not kernels.on_cuda_gpu()  # CUDA: the cap (prefill_budget)
         self._clock = StepClock(PrefillBudget.on(step_budget_ms, chunk, gpu=gpu, timed=timed))
         self._grammar: GrammarVocab | None = None  # built with the first constrained job
@@ -210,7 +211,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if self_check:
             self_check_engine(self)  # a batched-cache mismatch fails here, at load
         if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
-            run_warm_up(warm_shapes(self.plan.rows, recurrent=bool(recurrent)), self._scratch_pass())
+            shapes = warm_shapes(self.plan.rows, recurrent=bool(recurrent), split=fused_decode)
+            run_warm_up(shapes, self._scratch_pass())
+        self._peaks.restart()
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
             name,
@@ -298,6 +301,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._clock.ended(time.perf_counter(), read_back=read_back, prefill=self._step_prefill)
         self._inflight = dispatched
         self._counts["steps"] += 1
+        self._peaks.sample()
         self.step_timer.stop()
         return updates
 
@@ -331,7 +335,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             steps_total=c["steps"],
             memory={
                 **account.as_dict(),
-                "peak": mx.get_peak_memory(),
+                **self._peaks.as_dict(),
                 "kv_blocks_used": self._alloc.used,
                 "kv_blocks_total": self._alloc.total,
             },

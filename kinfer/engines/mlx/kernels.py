@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 # the body shared by both paths; `width` (a block table's length) and `sc` (the softmax scale) come
 # from the JIT's shape parameter and scale array, or as scalars of the precompiled kernel
-_BODY = """
+HEAD = """
     const float NEG_INF = __int_as_float(0xff800000);
     constexpr int PD = D / 32;
     constexpr int PV = DV / 32;
@@ -36,9 +36,12 @@ _BODY = """
     const int warp = threadIdx.x >> 5;
     const int row = blockIdx.y / HKV;
     const int kvh = blockIdx.y % HKV;
-    const int lo = bounds[2 * row];
+"""
+_BOUNDS = """    const int lo = bounds[2 * row];
     const int hi = bounds[2 * row + 1];
-
+"""
+# the positions [lo, hi) walked with an online softmax; each warp's partial result left in shared memory
+WALK = """
     float qr[G][PD];
     for (int g = 0; g < G; ++g) {
         const T* qp = q + ((size_t)(row * HKV + kvh) * G + g) * D + lane * PD;
@@ -99,7 +102,9 @@ _BODY = """
         for (int i = 0; i < PV; ++i) sacc[warp][g][lane * PV + i] = acc[g][i];
     }
     __syncthreads();
-    // every warp finishes some of the G heads
+"""
+# each warp takes some of the G heads and merges the warps' partial results of each (`top`, `total`, `wt`)
+WARPS_MERGED = """
     for (int g = warp; g < G; g += NW) {
         float top = NEG_INF;
         for (int w = 0; w < NW; ++w) top = fmaxf(top, sm[w][g]);
@@ -109,7 +114,11 @@ _BODY = """
             wt[w] = sm[w][g] == NEG_INF ? 0.0f : __expf(sm[w][g] - top);
             total += sl[w][g] * wt[w];
         }
-        T* op = out + ((size_t)(row * HKV + kvh) * G + g) * DV + lane * PV;
+"""
+_FINISH = (
+    """    // every warp finishes some of the G heads"""
+    + WARPS_MERGED
+    + """        T* op = out + ((size_t)(row * HKV + kvh) * G + g) * DV + lane * PV;
         for (int i = 0; i < PV; ++i) {
             float o = 0.0f;
             for (int w = 0; w < NW; ++w) o += sacc[w][g][lane * PV + i] * wt[w];
@@ -117,6 +126,8 @@ _BODY = """
         }
     }
 """
+)
+_BODY = HEAD + _BOUNDS + WALK + _FINISH
 
 # what mx.fast.cuda_kernel's generated signature offers in place of the precompiled kernel's scalars
 _JIT_PROLOGUE = """

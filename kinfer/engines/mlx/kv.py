@@ -20,7 +20,8 @@ import numpy as np
 
 from kinfer.engines.mlx import sdpa_buckets, shape_buckets
 from kinfer.engines.mlx.hooks import reroute
-from kinfer.engines.mlx.kernels import fused_decode_available, paged_decode_attention
+from kinfer.engines.mlx.kernels import fused_decode_available, launch_for, paged_decode_attention
+from kinfer.engines.mlx.split_decode import split_decode_attention, splits_for
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,7 @@ class PassLayout:
         self._slots = slots.reshape(-1)
         self._write_rows: dict[int, mx.array] = {}
         self._kernel_inputs: dict[int | None, tuple[mx.array, mx.array]] = {}
+        self.min_splits = 1  # the warm-up runs the split decode path on short rows (warm_up.py)
         if self.batch == 1:
             # a plain int keeps models that do arithmetic on `cache.offset` working for one row
             self.offset: int | mx.array = int(self.starts[0])
@@ -242,6 +244,13 @@ class PassLayout:
             bounds = mx.array(np.stack([lows, ends], axis=1).astype(np.int32))
             found = self._kernel_inputs[window] = (tables, bounds)
         return found
+
+    def decode_splits(self, window: int | None) -> int:
+        """Blocks per (row, KV head) the fused decode kernel cuts each row's positions into
+        (split_decode.py): from the longest row this pass attends over, at least `min_splits`."""
+        ends = self.starts + 1
+        longest = int((np.minimum(ends, window) if window else ends).max())
+        return max(self.min_splits, splits_for(longest))
 
     def decode_blocks(self, window: int | None) -> DecodeBlocks:
         found = self._decode_blocks.get(window)
@@ -319,17 +328,11 @@ class PagedKV:
             and fused_decode_available(queries.shape[-1], layer.values.shape[-1], layer.keys.dtype)
         ):
             tables, bounds = self.layout.kernel_inputs(layer.window)
-            return paged_decode_attention(
-                queries.astype(layer.keys.dtype),
-                layer.keys,
-                layer.values,
-                layer.heads,
-                BLOCK,
-                tables,
-                bounds,
-                scale,
-                precompiled=layer.precompiled,
-            )
+            inputs = (queries.astype(layer.keys.dtype), layer.keys, layer.values, tables, bounds)
+            splits = self.layout.decode_splits(layer.window)
+            if splits > 1:  # a long row: its positions split over several blocks (split_decode.py)
+                return split_decode_attention(launch_for(*inputs, layer.heads, BLOCK, scale), inputs, splits)
+            return paged_decode_attention(*inputs, layer.heads, BLOCK, scale, precompiled=layer.precompiled)
         return self._attend_decode_ops(queries, scale, sinks)
 
     def _attend_decode_ops(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:

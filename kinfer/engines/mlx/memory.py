@@ -8,7 +8,9 @@ running step was dispatched (its activations and logits), and what no part names
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -88,3 +90,53 @@ def device_budget(setting_gb: float, gpu: bool) -> int:
         return resolve_budget(setting_gb, total=ram_total(), kind="ram")
     kind = "unified" if mx.metal.is_available() else "cuda"
     return resolve_budget(setting_gb, total=total, kind=kind)
+
+
+PEAK_WINDOW_S = 2.0  # how far back `peak_recent` looks (a benchmark samples every half second)
+
+
+class PeakWindow:
+    """MLX's peak active memory over the process's life and over the last `window_s` seconds. MLX keeps
+    one high-water mark that only ever grows, so a server's reading after its load (the warm-up) and a
+    benchmark's first levels says nothing of the level it runs now: the engine thread takes the mark
+    after each step and starts it again (`sample`), and readers on other threads ask `recent`."""
+
+    def __init__(self, window_s: float = PEAK_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._lifetime = 0
+        self._marks: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def sample(self, now: float | None = None) -> None:
+        """The engine thread's: the mark since the last sample, kept; MLX's own started again."""
+        now = time.monotonic() if now is None else now
+        peak = mx.get_peak_memory()
+        mx.reset_peak_memory()
+        with self._lock:
+            self._lifetime = max(self._lifetime, peak)
+            self._marks.append((now, peak))
+            while self._marks and self._marks[0][0] < now - self.window_s:
+                self._marks.popleft()
+
+    def restart(self) -> None:
+        """Keep the mark so far for the lifetime only (a load and its warm-up are no step's)."""
+        peak = mx.get_peak_memory()
+        mx.reset_peak_memory()
+        with self._lock:
+            self._lifetime = max(self._lifetime, peak)
+
+    def recent(self, now: float | None = None) -> int:
+        """The highest active memory of the last `window_s` seconds (and since the last sample)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            kept = [peak for at, peak in self._marks if at >= now - self.window_s]
+        return max([mx.get_active_memory(), mx.get_peak_memory(), *kept])
+
+    @property
+    def lifetime(self) -> int:
+        with self._lock:
+            return max(self._lifetime, mx.get_peak_memory())
+
+    def as_dict(self) -> dict[str, int]:
+        """The account's two high-water marks: `peak` (the process's life) and `peak_recent`."""
+        return {"peak": self.lifetime, "peak_recent": self.recent()}

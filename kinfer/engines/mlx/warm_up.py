@@ -9,7 +9,10 @@ streamed: on the H200 (qwen3.5-0.8b shape), with 16 rows decoding, a 50,000-toke
 burst.
 
 So a CUDA engine runs, at load, one pass of each shape of that kind:
-- a decode pass at every row count `shape_buckets.decode_rows` can produce for the engine's rows;
+- a decode pass at every row count `shape_buckets.decode_rows` can produce for the engine's rows,
+  greedy and sampled with the default parameters (the draw is a graph of its own), and with the fused
+  decode kernel (`split`) once more with each row's positions split (split_decode.py: a long row
+  joining the batch would otherwise meet that graph first: 68-96 ms steps in the seventh H200 session);
 - a one-row prefill pass at every ladder length up to a prompt's share of a step beside decoding rows
   (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
   recurrent model both with and without a padded end (its padding mask is a different graph).
@@ -36,8 +39,10 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.mlx.kv import PassLayout
+from kinfer.engines.mlx.sampling import make_batch, sample
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
+from kinfer.protocol import Sampling
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ class WarmShape:
     rows: int
     length: int
     padded: bool = False
+    splits: int = 1  # a decode pass's least split of each row's positions (split_decode.py)
+    sampled: bool = False  # a decode pass drawing its tokens with the default sampling parameters
 
     @property
     def decode(self) -> bool:
@@ -57,13 +64,17 @@ class WarmShape:
 
 
 def warm_shapes(
-    slots: int, *, recurrent: bool, prefill_up_to: int = UNTIMED_BESIDE_DECODE
+    slots: int, *, recurrent: bool, prefill_up_to: int = UNTIMED_BESIDE_DECODE, split: bool = False
 ) -> list[WarmShape]:
-    """The shapes an engine of `slots` rows runs at load: every decode row count, then one-row
-    prefill lengths of the ladder up to `prefill_up_to`."""
+    """The shapes an engine of `slots` rows runs at load: every decode row count (greedy, sampled,
+    and split where `split`: the fused decode kernel serves it), then one-row prefill lengths of the
+    ladder up to `prefill_up_to`."""
     decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
     lengths = sorted({bucket(n) for n in range(MIN_BUCKET, prefill_up_to + 1)})
     shapes = [WarmShape(rows, 1) for rows in decode]
+    shapes += [WarmShape(rows, 1, sampled=True) for rows in decode]
+    if split:
+        shapes += [WarmShape(rows, 1, splits=2) for rows in decode]
     for length in lengths:
         shapes.append(WarmShape(1, length))
         if recurrent:
@@ -88,17 +99,26 @@ def run_shape(shape: WarmShape, engine: ScratchPass) -> None:
     full = shape.decode and shape.rows == engine.scratch + 1  # every slot in order: no gather
     table = np.repeat(engine.table(shape.length)[None, :], shape.rows, axis=0)
     layout = PassLayout(table, np.zeros(shape.rows, dtype=np.int64), shape.length, decode=shape.decode)
+    layout.min_splits = shape.splits
     state_rows = None if full else mx.array(np.full(shape.rows, engine.scratch, dtype=np.int32))
     lengths = mx.array([shape.length - 1]) if shape.padded else None
     inputs = mx.zeros((shape.rows, shape.length), dtype=mx.int32)
     mx.eval(inputs)  # apart, as serving's inputs are: the pass's own graphs start at its first kernel
     try:
         out = engine.forward(inputs, engine.views(layout, state_rows, lengths))
-        # a greedy decode pass samples as serving's does (sampling.sample): its last graph is the same
-        tokens = [mx.argmax(out[:, -1, :], axis=-1).astype(mx.int32)] if shape.decode else []
+        tokens = [_tokens(out[:, -1, :], shape.sampled)] if shape.decode else []
         mx.eval([*engine.outputs(), *tokens])
     finally:
         engine.release()
+
+
+def _tokens(logits: mx.array, sampled: bool) -> mx.array:
+    """The pass's tokens as serving draws them (sampling.sample), so its last graphs are the same."""
+    rows = logits.shape[0]
+    if not sampled:
+        return mx.argmax(logits, axis=-1).astype(mx.int32)
+    batch = make_batch([Sampling()] * rows, [0] * rows, logits.shape[-1])
+    return sample(logits, batch, mx.zeros((rows,), dtype=mx.uint32))
 
 
 def warm_up(shapes: list[WarmShape], engine: ScratchPass) -> float:

@@ -14,6 +14,7 @@ import pytest
 from kinfer.engines.mlx import blas  # noqa: F401
 from kinfer.engines.mlx.kernels import fused_decode_available
 from kinfer.engines.mlx.kv import BLOCK, PagedKV, PagedLayer, PassLayout
+from kinfer.engines.mlx.split_decode import MAX_SPLITS, SPAN, SPLIT_FROM, splits_for
 
 # float32 products on a GPU may run as TF32 (MLX's CUDA default): a looser bound there
 F32_TOLERANCE = 1e-5 if mx.default_device() == mx.cpu else 5e-3
@@ -97,6 +98,55 @@ def test_a_layer_with_fused_decode_off_takes_the_portable_path():
     attended = np.array(view.attend(queries, None, None, scale=0.1).astype(mx.float32))
     portable = np.array(view._attend_decode_ops(queries, 0.1, None).astype(mx.float32))
     assert np.array_equal(attended, portable)
+
+
+def test_a_pass_splits_its_rows_only_once_one_attends_past_the_threshold():
+    assert [splits_for(n) for n in (1, SPAN + 1, SPLIT_FROM, SPLIT_FROM + 1, 50_000)] == [1, 1, 1, 32, 64]
+    assert splits_for(10**6) == MAX_SPLITS  # past MAX_SPLITS spans, the spans grow
+    table = np.zeros((3, 2000), dtype=np.int64)
+    assert PassLayout(table, np.array([5, 70, 30_000]), 1, decode=True).decode_splits(None) == 32
+    # a sliding window bounds what a row attends to, however long the row
+    assert PassLayout(table, np.array([5, 70, 30_000]), 1, decode=True).decode_splits(500) == 1
+
+
+@cuda
+@pytest.mark.parametrize("lengths", [[50_000, 7, 1500], [SPLIT_FROM + 1], [3000, MAX_SPLITS * SPAN + 4500]])
+@pytest.mark.parametrize("shape", [(16, 8, 128), (8, 2, 256)])
+def test_long_rows_split_into_spans_and_merge_to_the_same_attention(lengths, shape):
+    from kinfer.engines.mlx.kernels import paged_decode_attention
+
+    heads, kv_heads, dim = shape
+    view, queries, table = _setup(lengths, heads=heads, kv_heads=kv_heads, dim=dim)
+    assert view.layout.decode_splits(None) > 1
+    split = np.array(view.attend(queries, None, None, scale=dim**-0.5).astype(mx.float32))[:, :, 0]
+    tables, bounds = view.layout.kernel_inputs(None)
+    layer = view.layer
+    whole = paged_decode_attention(
+        queries, layer.keys, layer.values, kv_heads, BLOCK, tables, bounds, dim**-0.5
+    )
+    whole = np.array(whole.astype(mx.float32))[:, :, 0]
+    expected = _dense(view, queries, table, lengths, dim**-0.5)
+    assert np.abs(split - expected).max() < 2e-2
+    assert np.abs(split - whole).max() < 2e-2
+
+
+@cuda
+def test_short_rows_split_many_ways_leave_empty_spans_out_of_the_merge():
+    # what the warm-up runs: the split path on rows shorter than a span (most spans empty)
+    lengths = [1, 5, 300, 1000]
+    view, queries, table = _setup(lengths, dtype=mx.float32)
+    view.layout.min_splits = 16
+    got = np.array(view.attend(queries, None, None, scale=0.1))[:, :, 0]
+    assert np.abs(got - _dense(view, queries, table, lengths, 0.1)).max() < 1e-4
+
+
+@cuda
+def test_a_split_pass_honours_a_sliding_window():
+    lengths = [50_000, 40, 17_000]
+    view, queries, table = _setup(lengths, window=20_000, dtype=mx.float32)
+    assert view.layout.decode_splits(20_000) == 32
+    got = np.array(view.attend(queries, None, None, scale=0.1))[:, :, 0]
+    assert np.abs(got - _dense(view, queries, table, lengths, 0.1, window=20_000)).max() < 1e-4
 
 
 def test_portable_path_matches_dense_attention():

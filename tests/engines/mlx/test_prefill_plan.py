@@ -3,7 +3,7 @@ host a whole forward pass, so waiting prompts share as few as they can."""
 
 from __future__ import annotations
 
-from kinfer.engines.mlx.rows import Row, plan_prefill
+from kinfer.engines.mlx.rows import Row, odd_first, plan_prefill
 from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor
 from tests.engines.driver import job
 
@@ -71,8 +71,24 @@ def test_on_the_ladder_passes_come_in_a_few_shapes():
     for p in passes:
         assert p.length == bucket(p.length)  # 128, 144, ...: the ladder
         assert all(chunk <= p.length for chunk in p.chunks)
-    (first,) = plan_prefill(rows(500), 300, ladder=True)
+    (first,) = plan_prefill(rows(513), 300, ladder=True)
     assert first.chunks == [bucket_floor(300)] == [256]  # cut to the ladder (256, 320, ...), not to 300
+
+
+def test_on_the_ladder_a_long_prompt_takes_its_odd_piece_first_and_full_chunks_after():
+    # cut from the front, the odd piece was the last chunk: a padded pass deep in the prompt, a shape no
+    # warm-up runs (57-89 ms on the H200 against 32 ms for a full chunk)
+    (long_one,) = rows(500)  # 499 tokens to prefill (the last one is the first decode's)
+    chunks = []
+    while long_one.next_chunk():
+        (p,) = plan_prefill([long_one], 256, ladder=True)
+        chunks.append((p.chunks[0], p.length))
+        long_one.fed += p.chunks[0]
+    assert chunks == [(243, 256), (256, 256)]  # the odd piece padded at the front, then a full chunk
+    (row,) = rows(500)
+    assert odd_first(row.next_chunk(), 128) == 499 % 128  # a paced share: what is left divides by it
+    assert odd_first(1024 + 1, 512) == 1 and odd_first(1024, 512) == 512  # nothing odd: a full chunk
+    assert plan_prefill(rows(500), 256)[0].chunks == [256]  # off the ladder (CPU): from the front
 
 
 def test_the_ladder_never_pads_past_a_rows_context():

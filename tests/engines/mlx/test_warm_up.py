@@ -24,11 +24,20 @@ def padded():
     shape_buckets.set_enabled(None)
 
 
-def test_every_decode_row_count_the_buckets_make_is_warmed():
+def test_every_decode_row_count_the_buckets_make_is_warmed_greedy_and_sampled():
     shapes = warm_shapes(64, recurrent=False)
-    decode = [s.rows for s in shapes if s.decode]
+    decode = [s.rows for s in shapes if s.decode and not s.sampled]
     assert decode == sorted({decode_rows(n, 64) for n in range(1, 65)})
     assert decode[:8] == list(range(1, 9)) and decode[-1] == 65  # one stream's sizes, the full batch
+    assert [s.rows for s in shapes if s.sampled] == decode  # the draw is a graph of its own
+    assert all(s.splits == 1 for s in shapes)
+
+
+def test_with_the_fused_decode_kernel_every_decode_row_count_is_warmed_split_too():
+    # a long row joining the batch splits every row's positions (split_decode.py): a graph of its own
+    shapes = warm_shapes(16, recurrent=False, split=True)
+    greedy = [s.rows for s in shapes if s.decode and not s.sampled and s.splits == 1]
+    assert [s.rows for s in shapes if s.splits > 1] == greedy
 
 
 def test_a_long_prompts_one_row_chunks_are_warmed_up_to_its_share_beside_decoding():
@@ -48,6 +57,7 @@ class Recorder:
 
     def __init__(self, slots: int) -> None:
         self.passes: list[tuple[tuple[int, ...], bool, bool]] = []
+        self.splits: list[int] = []
         self.released = 0
         self.pass_ = ScratchPass(slots, self.table, self.release, self.views, self.forward, list)
 
@@ -58,6 +68,7 @@ class Recorder:
         self.released += 1
 
     def views(self, layout, state_rows, lengths):
+        self.splits.append(layout.min_splits)
         return [state_rows, lengths]
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
@@ -78,6 +89,14 @@ def test_a_pass_runs_its_shape_on_the_scratch_slot_and_gives_its_blocks_back():
         ((1, 32), False, True),
     ]
     assert recorder.released == 4
+
+
+def test_a_split_or_sampled_decode_pass_runs_as_serving_would_run_it():
+    recorder = Recorder(slots=4)
+    run_shape(WarmShape(3, 1, splits=2), recorder.pass_)
+    run_shape(WarmShape(3, 1, sampled=True), recorder.pass_)
+    assert recorder.splits == [2, 1]  # the layout asks the fused kernel for its split path
+    assert recorder.released == 2
 
 
 @pytest.mark.parametrize("model", ["tiny_qwen3", "tiny_qwen35"])
@@ -103,7 +122,7 @@ def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, mon
         make_mlx(tiny_qwen3, rows=4, warm_up=False)
     finally:
         shape_buckets.set_enabled(None)
-    assert ran == [len(warm_shapes(4, recurrent=False))]
+    assert ran == [len(warm_shapes(4, recurrent=False, split=True))]
 
 
 def test_a_step_launches_each_of_its_passes_on_its_own(tiny_qwen3, make_mlx):
