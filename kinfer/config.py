@@ -146,7 +146,8 @@ class Settings:
     )
     mlx_warm_up: bool = _setting(
         True,
-        "MLX on CUDA: at load, run every decode row bucket and one-row prompt chunk shape once "
+        "MLX on CUDA: at load, run every decode row bucket (greedy, sampled, and with long rows' "
+        "split attention) and one-row prompt chunk shape once "
         "(off: each costs ~0.2 s the first time it comes up while serving)",
         group=DIAGNOSTIC,
     )

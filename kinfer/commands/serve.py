@@ -57,6 +57,8 @@ def serve(settings: Settings, *, headless: bool) -> int:
             return cluster.follow(settings)
     runtime = Runtime.build(settings, engine_factory=cluster.engine_factory if cluster else None)
     runtime.cluster = cluster
+    if cluster is not None:  # a lost rank ends the replies even while rank 0 waits in a collective
+        runtime.scheduler.fault = lambda: cluster.health.error
     try:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:

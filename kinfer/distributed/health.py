@@ -31,15 +31,22 @@ class ClusterHealth:
     seen: set[int] = field(default_factory=set)
     lost: set[int] = field(default_factory=set)
     error: str | None = None
+    _named: bool = False  # whether `error` names a lost rank
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fail(self, reason: str, rank: int | None = None) -> None:
+        """The first failure is kept; a lost rank named after a failure that named none (a step that
+        failed first: MLX's "connection to a peer was lost" says not whose) is put in front of it."""
         with self._lock:
-            if rank is not None:
+            if rank is not None and rank not in self.lost:
                 self.lost.add(rank)
+                if self.error is not None and len(self.lost) == 1 and not self._named:
+                    self.error = f"{reason}; {self.error}"
+                    log.error("distributed group failed: %s", self.error)
             if self.error is None:
                 self.error = reason
                 log.error("distributed group failed: %s", reason)
+            self._named = self._named or rank is not None
 
     @property
     def ok(self) -> bool:

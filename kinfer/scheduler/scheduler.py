@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from kinfer.config import Settings
 from kinfer.embedding import EmbedRequest, EmbedResult, check_embed_request, finish_vector
 from kinfer.engines.base import JobUpdate
-from kinfer.errors import Busy, InvalidRequest, KinferError
+from kinfer.errors import Busy, EngineFailure, InvalidRequest, KinferError
 from kinfer.protocol import ChatRequest, validate_request
 from kinfer.scheduler.embed_ticket import EmbedTicket
 from kinfer.scheduler.jobs import Admission, Cancel, EmbedWork, PreparedJob
@@ -91,6 +91,9 @@ class Scheduler:
         self.listeners: list[Callable[[RequestStream | EmbedTicket], None]] = []
         # told when a request is queued, in the submitting task's context (the HTTP request log)
         self.submitted: list[Callable[[RequestStream | EmbedTicket], None]] = []
+        # a failure no engine can report, polled (a distributed rank lost while rank 0's engine thread
+        # waits in a collective that never returns): its reason ends every reply and refuses new ones
+        self.fault: Callable[[], str | None] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -140,6 +143,8 @@ class Scheduler:
         A request waiting for its model to load counts against --max-queue like one waiting for a row."""
         validate_request(request)
         self._refuse_when_draining()
+        if (error := self._faulted()) is not None:
+            raise error
         model = self._resolve(request.model or None)
         if self.queue_depth() >= self.settings.max_queue:
             self.outcomes["rejected"] += 1
@@ -410,7 +415,19 @@ class Scheduler:
             await asyncio.sleep(REAP_INTERVAL_S)
             now = time.monotonic()
             self._enforce_generation_deadline(now)
+            self._end_replies_on_fault()
             await self._pool.reap(now)
+
+    def _faulted(self) -> EngineFailure | None:
+        reason = self.fault() if self.fault is not None else None
+        return None if reason is None else EngineFailure(f"the distributed group failed: {reason}")
+
+    def _end_replies_on_fault(self) -> None:
+        """A fault ends the replies in flight here, whatever their engine thread is waiting in."""
+        error = self._faulted()
+        if error is not None:
+            for job_id in list(self._streams):
+                self._on_failed(job_id, error)
 
     def _enforce_generation_deadline(self, now: float) -> None:
         """End replies that ran past --generation-timeout; they finish with reason "deadline"."""

@@ -106,6 +106,21 @@ def test_a_follower_that_disconnects_is_reported_lost():
         server.close()
 
 
+def test_a_lost_rank_is_named_even_when_the_step_failed_first():
+    # which comes first is a race: MLX's collective fails ("connection to a peer was lost", naming no
+    # rank) or the heartbeat sees the connection close; /health must say which rank either way
+    health = ClusterHealth(2, seen={0, 1})
+    health.fail("MLX step failed: [ring] connection to a peer was lost")
+    health.fail("rank 1 lost (disconnected)", 1)
+    health.fail("rank 1 lost (silent)", 1)
+    assert health.as_dict()["lost"] == [1]
+    assert health.error == "rank 1 lost (disconnected); MLX step failed: [ring] connection to a peer was lost"
+    first = ClusterHealth(2, seen={0, 1})
+    first.fail("rank 1 lost (disconnected)", 1)
+    first.fail("MLX step failed: [ring] connection to a peer was lost")
+    assert first.error == "rank 1 lost (disconnected)"  # the first failure is kept
+
+
 def test_a_rank_started_without_a_launcher_is_told_how(tmp_path: Path, monkeypatch, capsys):
     from kinfer.cli import main
 

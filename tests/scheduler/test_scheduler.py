@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -274,6 +275,33 @@ async def test_the_generation_deadline_ends_a_reply_with_a_reason():
     text, done = await answer(scheduler, ask("d" * 3000))
     assert done.reason == "deadline" and "deadline" in done.detail
     assert 0 < len(text) < 3000
+    await scheduler.close()
+
+
+async def test_an_outside_fault_ends_running_replies_even_while_their_engine_thread_is_stuck():
+    # a distributed rank lost while rank 0's engine thread waits in a collective that never returns
+    # (seen in CI: /health said "rank lost" and four streams hung until the test gave up)
+    scheduler, engines = make_scheduler(engine_options={"step_delay": 0.01})
+    await scheduler.start()
+    stream = await scheduler.submit(ask("s" * 3000))
+    events = stream.events()
+    assert isinstance(await events.__anext__(), Delta)
+    stuck = threading.Event()
+    step = engines[0].step
+    engines[0].step = lambda: (stuck.wait(), step())[1]
+    reason: list[str | None] = [None]
+    scheduler.fault = lambda: reason[0]
+    reason[0] = "rank 1 lost (disconnected)"
+
+    async def rest_of(events) -> list:
+        return [event async for event in events]
+
+    rest = await asyncio.wait_for(rest_of(events), 10)  # ended within a poll, not hung
+    assert isinstance(rest[-1], ErrorEvent) and isinstance(rest[-1].error, EngineFailure)
+    assert "rank 1 lost" in str(rest[-1].error)
+    with pytest.raises(EngineFailure, match="rank 1 lost"):  # refused, not queued behind the stuck thread
+        await scheduler.submit(ask("after"))
+    stuck.set()
     await scheduler.close()
 
 
