@@ -45,7 +45,7 @@ def main() -> None:
     for i in range(rows):
         ids = tuple(rng.randrange(3, vocab) for _ in range(prompt))
         engine.submit(GenerationJob(f"j{i}", ids, Sampling(temperature=0.0), tokens, ignore_eos=True))
-    print("step prefill decoding | unnamed MB: before after +20ms synced | scratch MB | peak MB")
+    print("step prefill decoding | unnamed MB: before after +20ms synced | scratch MB | run's peak MB")
     step = 0
     while engine.has_work:
         before, _ = unnamed(engine)
@@ -61,7 +61,7 @@ def main() -> None:
         decoding = sum(1 for r in active if r.ready)
         print(
             f"{step:4d} {engine._step_prefill:6d} {decoding:4d} | {before:8.0f} {after:8.0f} {later:8.0f}"
-            f" {synced:>8s} | {scratch:8.0f} | {mx.get_peak_memory() / MB:8.0f}"
+            f" {synced:>8s} | {scratch:8.0f} | {engine._peaks.lifetime / MB:8.0f}"
         )
         step += 1
         if step > 60:
