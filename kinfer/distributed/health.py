@@ -40,7 +40,7 @@ class ClusterHealth:
         with self._lock:
             if rank is not None and rank not in self.lost:
                 self.lost.add(rank)
-                if self.error is not None and len(self.lost) == 1 and not self._named:
+                if self.error is not None and not self._named:
                     self.error = f"{reason}; {self.error}"
                     log.error("distributed group failed: %s", self.error)
             if self.error is None:

@@ -193,6 +193,7 @@ class PassLayout:
         self._slots = slots.reshape(-1)
         self._write_rows: dict[int, mx.array] = {}
         self._kernel_inputs: dict[int | None, tuple[mx.array, mx.array]] = {}
+        self._splits: dict[int | None, int] = {}
         self.min_splits = 1  # the warm-up runs the split decode path on short rows (warm_up.py)
         if self.batch == 1:
             # a plain int keeps models that do arithmetic on `cache.offset` working for one row
@@ -248,9 +249,12 @@ class PassLayout:
     def decode_splits(self, window: int | None) -> int:
         """Blocks per (row, KV head) the fused decode kernel cuts each row's positions into
         (split_decode.py): from the longest row this pass attends over, at least `min_splits`."""
-        ends = self.starts + 1
-        longest = int((np.minimum(ends, window) if window else ends).max())
-        return max(self.min_splits, splits_for(longest))
+        found = self._splits.get(window)
+        if found is None:  # once per pass and window, not once per layer
+            ends = self.starts + 1
+            longest = int((np.minimum(ends, window) if window else ends).max())
+            found = self._splits[window] = splits_for(longest)
+        return max(self.min_splits, found)
 
     def decode_blocks(self, window: int | None) -> DecodeBlocks:
         found = self._decode_blocks.get(window)
