@@ -332,11 +332,22 @@ class PagedKV:
             and fused_decode_available(queries.shape[-1], layer.values.shape[-1], layer.keys.dtype)
         ):
             tables, bounds = self.layout.kernel_inputs(layer.window)
-            inputs = (queries.astype(layer.keys.dtype), layer.keys, layer.values, tables, bounds)
+            queries, keys, values = queries.astype(layer.keys.dtype), layer.keys, layer.values
             splits = self.layout.decode_splits(layer.window)
             if splits > 1:  # a long row: its positions split over several blocks (split_decode.py)
+                inputs = (queries, keys, values, tables, bounds)
                 return split_decode_attention(launch_for(*inputs, layer.heads, BLOCK, scale), inputs, splits)
-            return paged_decode_attention(*inputs, layer.heads, BLOCK, scale, precompiled=layer.precompiled)
+            return paged_decode_attention(
+                queries,
+                keys,
+                values,
+                layer.heads,
+                BLOCK,
+                tables,
+                bounds,
+                scale,
+                precompiled=layer.precompiled,
+            )
         return self._attend_decode_ops(queries, scale, sinks)
 
     def _attend_decode_ops(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:

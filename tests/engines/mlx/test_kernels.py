@@ -64,6 +64,31 @@ def _dense(view, queries, table, lengths, scale, window=None):
     return out
 
 
+def test_the_fused_kernel_gets_its_inputs_in_its_own_order(monkeypatch):
+    """The engine's call into the kernel, checked where the kernel cannot run (this CPU): the launch
+    sees the queries, the pools, the int32 tables and bounds in that order (a swapped pair once reached
+    only the H200, where every decode pass failed)."""
+    from kinfer.engines.mlx import kernels, kv
+
+    launched = []
+
+    def launch(call, inputs):
+        launched.append(inputs)
+        queries, values = inputs[0], inputs[2]
+        return mx.zeros((*queries.shape[:3], values.shape[-1]), dtype=queries.dtype)
+
+    monkeypatch.setattr(kv, "fused_decode_available", lambda *_: True)
+    monkeypatch.setattr(kernels, "launch_jit", launch)
+    view, queries, table = _setup([40, 300], dim=64)
+    view.layer.fused_decode = True
+    out = view.attend(queries, None, None, scale=0.125)
+    assert out.shape == (2, 16, 1, 64)
+    ((q, keys, values, tables, bounds),) = launched
+    assert q.shape == queries.shape and keys is view.layer.keys and values is view.layer.values
+    assert tables.dtype == mx.int32 and tables.tolist() == table[:, : tables.shape[1]].tolist()
+    assert bounds.dtype == mx.int32 and bounds.tolist() == [[0, 40], [0, 300]]
+
+
 @cuda
 @pytest.mark.parametrize("lengths", [[1], [5, 64, 65, 300], [2000, 3, 129] * 8])
 @pytest.mark.parametrize("shape", [(16, 8, 128), (8, 2, 256)])
