@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.mlx.kv import PassLayout
-from kinfer.engines.mlx.state import StateSlots
+from kinfer.engines.mlx.state import StateSlots, reset_row
 from kinfer.errors import EngineFailure
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,14 @@ def check_engine_layers(engine) -> None:
         for slot in slots:
             engine._batch.set_table(slot, blocks[slot])
         table = engine._batch.table(np.array(slots))
-        one = mx.array([0], dtype=mx.int32)
+        one = np.array([0])
         for start, end in ((0, 3), (3, CHECK_TOKENS - 1)):
             layout = PassLayout(table[:1], np.array([start]), end - start, decode=False)
             engine.forward(mx.array([tokens[start:end]]), engine._views(layout, one))
         starts = np.array([CHECK_TOKENS - 1, 0][: len(slots)])
         layout = PassLayout(table, starts, 1, decode=True)
         inputs = mx.array([tokens[-1], tokens[0]][: len(slots)])
-        rows = mx.array(np.array(slots, dtype=np.int32))
+        rows = np.array(slots)
         logits = engine.forward(inputs[:, None], engine._views(layout, rows))[:, -1, :].astype(mx.float32)
         expected = mx.stack([reference[-1], reference[0]][: len(slots)])
         diff = mx.abs(logits - expected).max().item()
@@ -56,8 +56,7 @@ def check_engine_layers(engine) -> None:
         for slot in slots:
             engine._alloc.release(blocks[slot])
             engine._batch.clear_table(slot)
-            for layer in recurrent:
-                layer.reset(slot)
+            reset_row(recurrent, slot)
     tolerance = TOLERANCE.get(_weight_dtype(model), DEFAULT_TOLERANCE)
     if not diff <= tolerance * (1.0 + scale):
         raise EngineFailure(

@@ -51,7 +51,7 @@ from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, check_prompt, plan_prefill
 from kinfer.engines.mlx.sampling import needs_penalties, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
-from kinfer.engines.mlx.state import StateSlots
+from kinfer.engines.mlx.state import StateSlots, reset_row
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
 from kinfer.engines.mlx.warm_up import warm_shapes
@@ -154,8 +154,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._pad_decode = shape_buckets.enabled()
         if self._pad_decode:  # the scratch slot's KV block comes on top of what the rows may hold
             self.plan = replace(self.plan, max_blocks=self.plan.max_blocks + 1)
-        for layer in recurrent:
-            layer.rows = self.plan.rows + (1 if self._pad_decode else 0)
+        if recurrent and self._pad_decode:
+            recurrent[0].ledger.scratch = self.plan.rows
         self._eos = directory.eos_ids
         tok = self._tokenizer
         self.info = ModelInfo(
@@ -213,6 +213,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
             shapes = warm_shapes(self.plan.rows, recurrent=bool(recurrent), split=fused_decode)
             run_warm_up(shapes, self._scratch_pass())
+            reset_row(recurrent, self.plan.rows)  # the warm-up's passes ran the scratch slot as a row
         self._peaks.restart()
         log.info(
             "loaded %s (%s): %d rows x %d tokens, prefix pool %s",
@@ -272,9 +273,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._held += row.unborn
         self._slots[slot] = row
         self._rows[row.key] = row
-        for layer in self._layers:
-            if isinstance(layer, StateSlots):
-                layer.reset(slot)
+        reset_row([layer for layer in self._layers if isinstance(layer, StateSlots)], slot)
         if self._pool is not None:
             self._adopt(row)
         if needs_penalties(job.sampling):
@@ -414,7 +413,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             inputs = mx.concatenate([inputs.astype(mx.int32), mx.zeros((plan.padding,), dtype=mx.int32)])
         if self._pad_decode:  # CUDA: apart, so the pass's graphs start where the warm-up's did (_launch)
             mx.async_eval(inputs)
-        logits = self.forward(inputs[:, None], self._views(layout, plan.state_rows))[:, -1, :]
+        logits = self.forward(inputs[:, None], self._views(layout, plan.slots))[:, -1, :]
         if plan.padding:
             logits = logits[: len(rows)]
         if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
@@ -451,11 +450,10 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         slots, tokens, chunks = prefill.inputs(rows_to)
         layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
         inputs = mx.array(tokens)
-        state_rows = mx.array(slots.astype(np.int32))
         # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
         # mask for the padding (see PrefillPass)
         lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
-        self.forward(inputs, self._views(layout, state_rows, lengths))  # logits unused: never computed
+        self.forward(inputs, self._views(layout, slots, lengths))  # logits unused: never computed
         for row, n in zip(rows, prefill.chunks, strict=True):
             row.fed += n
             self._batch.set_position(row.slot, row.fed)
@@ -495,5 +493,5 @@ class MlxEngine(RowBlocks, ConstrainedRows):
 
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
-    def _views(self, layout: PassLayout, rows: mx.array | None, lengths: mx.array | None = None) -> list:
+    def _views(self, layout: PassLayout, rows: np.ndarray, lengths: mx.array | None = None) -> list:
         return pass_views(self._layers, layout, rows, lengths)

@@ -24,7 +24,7 @@ from kinfer.engines.base import JobUpdate, choice_sampling
 from kinfer.engines.mlx.kv import BLOCK, copy_blocks
 from kinfer.engines.mlx.rows import PrefillPass, Row
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, history_row, needs_penalties
-from kinfer.engines.mlx.state import StateSlots
+from kinfer.engines.mlx.state import StateSlots, reset_row, restore_row
 from kinfer.engines.mlx.warm_up import ScratchPass
 from kinfer.errors import EngineFailure
 
@@ -43,6 +43,8 @@ class RowBlocks:
         row.done = True
         if save and self._pool is not None and row.fed >= 1:
             self._save(row, row.fed)
+        # a finished row's state would keep its last pass's whole output alive (state.py)
+        reset_row([layer for layer in self._layers if isinstance(layer, StateSlots)], row.slot)
         self._alloc.release(row.blocks)
         row.blocks = []
         self._batch.clear_table(row.slot)
@@ -62,8 +64,7 @@ class RowBlocks:
         self._share(row, entry.blocks, shared, shared)
         if entry.states is not None:
             recurrent = [layer for layer in self._layers if isinstance(layer, StateSlots)]
-            for layer, snap in zip(recurrent, entry.states, strict=True):
-                layer.restore(row.slot, snap)
+            restore_row(recurrent, row.slot, entry.states)
         self._counts["reused"] += shared
 
     def _share(self, row: Row, blocks: list[int], shared: int, reused: int) -> None:
@@ -165,8 +166,7 @@ class RowBlocks:
             self._slots[slot] = row
             self._rows[row.key] = row
             self._share(row, parent.blocks, parent.fed, parent.reused)
-            for layer, snap in zip(recurrent, states, strict=True):
-                layer.restore(slot, snap)
+            restore_row(recurrent, slot, states)
             if needs_penalties(own.sampling):
                 self._init_history(row)
         self._held -= parent.unborn

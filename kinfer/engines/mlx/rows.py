@@ -269,7 +269,6 @@ class DecodePlan:
 
     key: tuple[int, ...]
     slots: np.ndarray  # slot of each entry of the pass: the rows', then the scratch slot as padding
-    state_rows: mx.array | None  # `slots` on the device; None when they are every slot in order
     history_rows: mx.array | None  # the rows' own slots (penalty history); None: every slot in order
     padding: int  # entries past the rows (all the scratch slot): their results are dropped
     sampling: SamplingBatch
@@ -334,7 +333,6 @@ class StepBatch:
             self._plan = DecodePlan(
                 key=key,
                 slots=slots,
-                state_rows=None if _in_order(slots, len(self._pos)) else mx.array(slots.astype(np.int32)),
                 history_rows=None if _in_order(own, self.rows) else mx.array(own.astype(np.int32)),
                 padding=size - len(rows),
                 sampling=make_batch(samplings, [r.seed for r in rows], self.vocab),
@@ -371,5 +369,5 @@ class StepBatch:
 
 
 def _in_order(slots: np.ndarray, count: int) -> bool:
-    """`slots` is every one of `count` slots, in order (the pass needs no gather or scatter)."""
+    """`slots` is every one of `count` slots, in order (the penalty history needs no gather)."""
     return len(slots) == count and bool((slots == np.arange(count)).all())

@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from kinfer.engines.mlx.kv import BLOCK, PagedLayer
 from kinfer.engines.mlx.prefix import STATE_BYTES
-from kinfer.engines.mlx.state import StateSlots
+from kinfer.engines.mlx.state import StateLedger, StateSlots
 from kinfer.errors import EngineFailure, InvalidRequest
 from kinfer.store.model_shape import shape_from_config
 
@@ -46,6 +46,7 @@ def plan_layers(model, model_type: str) -> list[PagedLayer | StateSlots]:
 
     caches = model.make_cache() if hasattr(model, "make_cache") else [KVCache() for _ in model.layers]
     layers: list[PagedLayer | StateSlots] = []
+    ledger = StateLedger()  # where each row's recurrent state lies, one record for all the layers
     for cache in caches:
         kind = type(cache)
         if kind is KVCache:
@@ -53,7 +54,7 @@ def plan_layers(model, model_type: str) -> list[PagedLayer | StateSlots]:
         elif kind is RotatingKVCache and cache.keep == 0:
             layers.append(PagedLayer(window=cache.max_size))
         elif kind is ArraysCache:
-            layers.append(StateSlots(rows=1, size=len(cache.cache)))
+            layers.append(StateSlots(ledger, size=len(cache.cache)))
         else:
             raise EngineFailure(
                 f"{model_type}: its {kind.__name__} layers are not supported by kinfer's MLX engine"

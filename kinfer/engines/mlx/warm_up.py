@@ -89,18 +89,17 @@ class ScratchPass:
     scratch: int  # the scratch slot's index (== the engine's rows)
     table: Callable[[int], np.ndarray]  # the scratch slot's block table, with room for n tokens
     release: Callable[[], None]  # give back the blocks `table` took
-    views: Callable[[PassLayout, mx.array | None, mx.array | None], list]
+    views: Callable[[PassLayout, np.ndarray, mx.array | None], list]
     forward: Callable[[mx.array, list], mx.array]
     outputs: Callable[[], list[mx.array]]  # the caches' arrays the pass writes
 
 
 def run_shape(shape: WarmShape, engine: ScratchPass) -> None:
     """One pass of `shape` on the scratch slot, waited for; its tokens are dropped."""
-    full = shape.decode and shape.rows == engine.scratch + 1  # every slot in order: no gather
     table = np.repeat(engine.table(shape.length)[None, :], shape.rows, axis=0)
     layout = PassLayout(table, np.zeros(shape.rows, dtype=np.int64), shape.length, decode=shape.decode)
     layout.min_splits = shape.splits
-    state_rows = None if full else mx.array(np.full(shape.rows, engine.scratch, dtype=np.int32))
+    state_rows = np.full(shape.rows, engine.scratch, dtype=np.int64)
     lengths = mx.array([shape.length - 1]) if shape.padded else None
     inputs = mx.zeros((shape.rows, shape.length), dtype=mx.int32)
     mx.eval(inputs)  # apart, as serving's inputs are: the pass's own graphs start at its first kernel
