@@ -22,6 +22,9 @@ PREFILL_CHUNK = {"gpu": 2048, "cpu": 128}
 KV_MEMORY_SHARE = 0.4  # of the memory available at load, at most, for the rows' KV at full length
 MIN_AUTO_CTX = 512
 CACHE_SHARE = 0.1  # of the memory budget, at most, for MLX's cache of freed buffers
+# a row's recurrent state lies in its last pass's output while the pass running and the one being built
+# write their new ones (state.py: no update in place): up to three copies of it at once
+STATE_COPIES = 3
 POOL_STATE_SHARE = 0.2  # of what the budget leaves for rows, at most, for the pool's state snapshots
 SCRATCH_FLOATS_PER_TOKEN = 16  # activations kept per prompt token in a step, in hidden-size floats
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -147,7 +150,7 @@ def plan_size(
         room = left
 
     def rows_bytes(r: int, c: int) -> int:
-        return _blocks(r, c, prefix_cache) * BLOCK * per_token + r * per_row_state
+        return _blocks(r, c, prefix_cache) * BLOCK * per_token + r * per_row_state * STATE_COPIES
 
     if per_token and (auto_ctx or auto_rows):
         while rows * ctx * per_token > share:

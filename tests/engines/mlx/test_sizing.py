@@ -51,10 +51,11 @@ def plan(**kw):
 
 
 def planned_bytes(p) -> int:
-    """Everything the plan lets the engine hold at once."""
+    """Everything the plan lets the engine hold at once: each row's recurrent state three times over (its
+    last pass's output, and the new state of the pass running and of the one being built)."""
     state = shape_from_config(CONFIG).state_bytes_per_row
     kv = p.max_blocks * BLOCK * KV_PER_TOKEN
-    return WEIGHTS + p.cache_limit + p.scratch_bytes + p.pool_state_bytes + kv + p.rows * state
+    return WEIGHTS + p.cache_limit + p.scratch_bytes + p.pool_state_bytes + kv + 3 * p.rows * state
 
 
 def test_without_a_budget_the_plan_is_the_automatic_one():
