@@ -89,6 +89,38 @@ def test_the_fused_kernel_gets_its_inputs_in_its_own_order(monkeypatch):
     assert bounds.dtype == mx.int32 and bounds.tolist() == [[0, 40], [0, 300]]
 
 
+def test_the_split_kernel_gets_its_inputs_in_its_own_order(monkeypatch):
+    """The same for the split path (a long row, or the warm-up's forced split): spans, then merge."""
+    from kinfer.engines.mlx import kv, split_decode
+
+    launched = {}
+
+    def kernel(name):
+        def launch(*, inputs, output_shapes, output_dtypes, **_):
+            launched[name] = inputs
+            return [
+                mx.zeros(shape, dtype=dtype)
+                for shape, dtype in zip(output_shapes, output_dtypes, strict=True)
+            ]
+
+        return launch
+
+    monkeypatch.setattr(kv, "fused_decode_available", lambda *_: True)
+    monkeypatch.setattr(split_decode, "_spans", kernel("spans"))
+    monkeypatch.setattr(split_decode, "_merge", kernel("merge"))
+    view, queries, _ = _setup([40, 300], dim=64)
+    view.layer.fused_decode = True
+    view.layout.min_splits = 4
+    out = view.attend(queries, None, None, scale=0.125)
+    assert out.shape == (2, 16, 1, 64)
+    q, keys, values, tables, bounds, scale = launched["spans"]
+    assert q.shape == queries.shape and keys is view.layer.keys and values is view.layer.values
+    assert tables.dtype == mx.int32 and bounds.tolist() == [[0, 40], [0, 300]]
+    assert scale.item() == 0.125
+    part, ml = launched["merge"]
+    assert part.shape == (2, 8, 4, 2, 64) and ml.shape == (2, 8, 4, 2, 2)
+
+
 @cuda
 @pytest.mark.parametrize("lengths", [[1], [5, 64, 65, 300], [2000, 3, 129] * 8])
 @pytest.mark.parametrize("shape", [(16, 8, 128), (8, 2, 256)])
