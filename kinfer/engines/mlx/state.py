@@ -57,15 +57,16 @@ class StateLedger:
         self._users: dict[int, int] = {}  # output key -> slots whose state it holds
         self._length: dict[int, int] = {}  # output key -> its rows
         self._next = 0
-        # the last pass's output: kept while its pass may still be evaluated with the cache arrays (a
-        # finished row may leave it before the step is launched)
-        self._current: int | None = None
 
     def add(self, layer: StateSlots) -> None:
         self.layers.append(layer)
 
     def location(self, slot: int) -> tuple[int, int] | None:
         return self._where.get(slot)
+
+    def holds(self, key: int) -> bool:
+        """Some row's state lies in output `key`."""
+        return key in self._users
 
     def reset(self, slot: int) -> None:
         """A new reply takes the slot: its state starts at zero."""
@@ -106,9 +107,6 @@ class StateLedger:
         key = self._new_key(n)
         for j in entries:
             self._move(order[j], (key, j))
-        last, self._current = self._current, key
-        if last is not None and not self._users.get(last):
-            self._drop(last)  # no row left in it, built and read by now
         return PassRead(key, n, keys, lengths, index, zero, fresh=not keys), sources
 
     def _new_key(self, length: int) -> int:
@@ -124,7 +122,8 @@ class StateLedger:
             self._users[place[0]] += 1
         if old is not None:
             self._users[old[0]] -= 1
-            if not self._users[old[0]] and old[0] != self._current:
+            if not self._users[old[0]]:
+                # no row's state lies there now; a pass still reading or writing it holds its buffers
                 self._drop(old[0])
 
     def _drop(self, key: int) -> None:
@@ -236,7 +235,8 @@ class StateView:
         slots = self.slots
         if slots.like[index] is None:
             slots.like[index] = (tuple(value.shape[1:]), value.dtype)
-        slots.outputs.setdefault(self._pass.key, [None] * slots.size)[index] = value
+        if slots.ledger.holds(self._pass.key):  # else every row of the pass has ended already
+            slots.outputs.setdefault(self._pass.key, [None] * slots.size)[index] = value
 
     @property
     def cache(self) -> list[mx.array | None]:

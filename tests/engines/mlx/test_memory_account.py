@@ -61,7 +61,9 @@ def test_the_named_parts_explain_active_memory_while_rows_run(tiny_qwen35, make_
         assert explained(engine.stats().memory)
 
     last = seen[-1]
-    assert last["weights"] > 0 and last["kv"] > 0 and last["state"] > 0
+    assert last["weights"] > 0 and last["kv"] > 0
+    # the rows' state while they ran; once the last reply ended, none is held (state.py)
+    assert max(m["state"] for m in seen) > 0 and last["state"] == 0
     assert last["pool"] == engine._pool.state_bytes > 0
     assert len(seen) > 20
 
