@@ -7,7 +7,7 @@ mlx-lm's `GatedDeltaNet.__call__` builds ~40 ops per layer and token in Python. 
   convolution over the row's saved window and the new token -> SiLU -> q / k / v heads -> their L2
   norms; it also returns the new convolution window;
 - between them, uncompiled: the window and the recurrent state read from and written to kinfer's
-  state slots (state.StateView) and the recurrence itself (`gated_delta_update`, which kinfer routes to
+  rows' state (state.StateView) and the recurrence itself (`gated_delta_update`, which kinfer routes to
   its CUDA kernel on a GPU: gated_delta.py);
 - `after` (compiled): the gated RMS norm -> output projection + residual, then the layer's SwiGLU
   feed-forward side (compiled_layers.py) in the same function.
