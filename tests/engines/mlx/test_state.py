@@ -53,6 +53,19 @@ def test_a_pass_over_the_last_pass_rows_reads_its_output_as_it_is():
     assert _view(layer, [0, 1, 2])[0] is written  # no gather, no copy
 
 
+def test_the_steady_step_keeps_the_output_key_and_reads_the_last_writes():
+    layer = _layer(scratch=9)
+    _run(layer, [0, 1, 9], lambda _: mx.array([[0.0, 0.0], [1.0, 1.0], [9.0, 9.0]]))
+    key = layer.ledger.location(1)[0]
+    for _ in range(3):
+        _run(layer, [0, 1, 9])
+        assert layer.ledger.location(1) == (key, 1) and list(layer.outputs) == [key]
+    assert _view(layer, [0, 1, 9])[0][:2].tolist() == [[3.0, 3.0], [4.0, 4.0]]
+    reset_row([layer], 0)  # a row left: the next pass over the same slots gathers, row 0 from zero
+    read = _view(layer, [0, 1, 9])
+    assert read._pass.index is not None and read[0][:2].tolist() == [[0.0, 0.0], [4.0, 4.0]]
+
+
 def test_a_changed_batch_reads_each_row_where_it_lies():
     layer = _layer(scratch=9)
     _run(layer, [0, 1], lambda _: mx.array([[0.0, 0.5], [1.0, 1.5]]))
@@ -73,8 +86,8 @@ def test_passes_of_only_the_scratch_slot_run_it_as_a_row_so_the_next_one_gathers
     """The warm-up's passes: each reads the last one's state with the gather serving's passes use."""
     layer = _layer(scratch=9)
     _run(layer, [9, 9, 9])
-    _run(layer, [9, 9])
-    assert _view(layer, [9, 9])._pass.index is not None
+    assert _view(layer, [9, 9])._pass.index is not None  # a new row count: a gather
+    assert _view(layer, [9, 9])._pass.index is None  # the same again: the steady step, read as is
     reset_row([layer], 9)
     assert layer.ledger.location(9) is None
 
