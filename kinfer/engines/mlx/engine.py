@@ -32,18 +32,14 @@ from kinfer.distributed.agree import agree_tokens
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.logprobs import check_bias_ids
 from kinfer.engines.mlx import blas, fuse, kernels, shape_buckets
+from kinfer.engines.mlx.block_allocator import BlockAllocator
 from kinfer.engines.mlx.caches import cache_arrays, pass_views
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
-from kinfer.engines.mlx.kv import (
-    BlockAllocator,
-    PagedLayer,
-    PassLayout,
-    install_attention_hook,
-)
+from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool

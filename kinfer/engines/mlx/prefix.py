@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from kinfer.engines.mlx.kv import BLOCK, BlockAllocator
+from kinfer.engines.mlx.block_allocator import BlockAllocator
+from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.state import Snapshot
 from kinfer.engines.prefix_index import PrefixIndex
 

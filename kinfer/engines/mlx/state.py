@@ -173,10 +173,6 @@ class StateSlots:
     def live(self) -> list[mx.array]:
         return [a for arrays in self.outputs.values() for a in arrays if a is not None]
 
-    def reset(self, row: int) -> None:
-        """A new reply takes the row: its state starts at zero (the ledger's, for every layer)."""
-        self.ledger.reset(row)
-
     def snapshot(self, row: int) -> Snapshot:
         """A copy of the row's state (independent of later passes)."""
         place = self.ledger.location(row)
