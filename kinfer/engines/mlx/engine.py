@@ -208,7 +208,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             self_check_engine(self)  # a batched-cache mismatch fails here, at load
         if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
             shapes = warm_shapes(self.plan.rows, recurrent=bool(recurrent), split=fused_decode)
-            run_warm_up(shapes, self._scratch_pass())
+            run_warm_up(shapes, self._scratch_pass(), self._batch.vocab)
             reset_row(recurrent, self.plan.rows)  # the warm-up's passes ran the scratch slot as a row
         self._peaks.restart()
         log.info(

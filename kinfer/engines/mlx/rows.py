@@ -343,19 +343,9 @@ class StepBatch:
 
     def inputs(self, rows: list[Row]) -> mx.array:
         """The token each row feeds: known on the host, or still on the device from the last step."""
-        last = self._last
         sources = [None if r.fed < len(r.tokens) else r.src for r in rows]
-        if last is not None and None not in sources:
-            if len(sources) == last.shape[0] and sources == list(range(len(sources))):
-                return last
-            return last[mx.array(sources)]
         host = [r.tokens[r.fed] if s is None else 0 for r, s in zip(rows, sources, strict=True)]
-        if last is None or all(s is None for s in sources):
-            return mx.array(host, dtype=mx.int32)
-        # mix: host tokens after the device ones, then pick
-        picks = [len(last) + i if s is None else s for i, s in enumerate(sources)]
-        merged = mx.concatenate([last.astype(mx.int32), mx.array(host, dtype=mx.int32)])
-        return merged[mx.array(picks)]
+        return feed_tokens(self._last, sources, host)
 
     def dispatched(self, rows: list[Row], tokens: mx.array) -> None:
         for i, row in enumerate(rows):
@@ -371,3 +361,18 @@ class StepBatch:
 def _in_order(slots: np.ndarray, count: int) -> bool:
     """`slots` is every one of `count` slots, in order (the penalty history needs no gather)."""
     return len(slots) == count and bool((slots == np.arange(count)).all())
+
+
+def feed_tokens(last: mx.array | None, sources: list[int | None], host: list[int]) -> mx.array:
+    """Each row's next input: `last[source]` (a token the last step sampled, still on the device) or,
+    where its source is None, `host` (a token known on the host)."""
+    if last is not None and None not in sources:
+        if len(sources) == last.shape[0] and sources == list(range(len(sources))):
+            return last
+        return last[mx.array(sources)]
+    if last is None or all(s is None for s in sources):
+        return mx.array(host, dtype=mx.int32)
+    # mix: host tokens after the device ones, then pick
+    picks = [len(last) + i if s is None else s for i, s in enumerate(sources)]
+    merged = mx.concatenate([last.astype(mx.int32), mx.array(host, dtype=mx.int32)])
+    return merged[mx.array(picks)]

@@ -17,15 +17,12 @@ So a CUDA engine runs, at load, one pass of each shape of that kind:
   (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
   recurrent model both with and without a padded end (its padding mask is a different graph).
 Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
-
-Each pass is evaluated on its own, as serving evaluates each pass of a step on its own (the engine's
-`_launch`): MLX cuts an eval into CUDA graphs of ~20 kernels and instantiates a graph the first time its
-topology comes up, so a pass must start a graph where it started here for its graphs to be the same.
-
-The passes run on the engine's scratch slot (the one the decode padding rows point at) with KV blocks
-taken for the occasion and given back, so no row's KV, state or pooled prefix is touched; a full
-decode batch (every slot in order, no gather) also overwrites the free slots' recurrent state, which a
-row resets when it takes a slot. On a CPU or Metal nothing is padded to buckets and nothing runs here.
+Then the decode step's work around the pass that no shape above reaches (`warm_step_ops`): rows fed
+from last step's tokens in a new order or beside host tokens, penalties' history, logprobs, a
+grammar's mask, a logit bias. Their gathers and scatters are kernels MLX's CUDA backend compiles at
+first use, one module per op, data and index dtype (3-4 s of NVRTC each on the H200, once per machine:
+then read from MLX's PTX cache, which lives in the temp folder). Left to serving, on a fresh H200 the
+first decode step of rows coming and going compiled four of them: 15.3 s without a token for anyone.
 """
 
 from __future__ import annotations
@@ -39,7 +36,9 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.mlx.kv import PassLayout
-from kinfer.engines.mlx.sampling import make_batch, sample
+from kinfer.engines.mlx.logits import LogprobRows, bias_table
+from kinfer.engines.mlx.rows import feed_tokens
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, make_batch, mask_logits, sample
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 from kinfer.protocol import Sampling
@@ -94,8 +93,9 @@ class ScratchPass:
     outputs: Callable[[], list[mx.array]]  # the caches' arrays the pass writes
 
 
-def run_shape(shape: WarmShape, engine: ScratchPass) -> None:
-    """One pass of `shape` on the scratch slot, waited for; its tokens are dropped."""
+def run_shape(shape: WarmShape, engine: ScratchPass) -> mx.Dtype | None:
+    """One pass of `shape` on the scratch slot, waited for; its tokens are dropped. Returns the
+    logits' dtype of a decode pass."""
     table = np.repeat(engine.table(shape.length)[None, :], shape.rows, axis=0)
     layout = PassLayout(table, np.zeros(shape.rows, dtype=np.int64), shape.length, decode=shape.decode)
     layout.min_splits = shape.splits
@@ -107,8 +107,37 @@ def run_shape(shape: WarmShape, engine: ScratchPass) -> None:
         out = engine.forward(inputs, engine.views(layout, state_rows, lengths))
         tokens = [_tokens(out[:, -1, :], shape.sampled)] if shape.decode else []
         mx.eval([*engine.outputs(), *tokens])
+        return out.dtype if shape.decode else None
     finally:
         engine.release()
+
+
+def warm_step_ops(logits_dtype: mx.Dtype, vocab: int) -> None:
+    """Run the decode step's ops beside the pass once, on two made-up rows, with the engine's own
+    functions: tokens fed in a new order and mixed with host tokens (rows.feed_tokens), a penalty
+    history read and written for some rows, logprobs with alternatives, a grammar's mask, a logit bias
+    (which turns the logits to float32: both dtypes run)."""
+    samplings = [
+        Sampling(temperature=0.0, repeat_penalty=1.1, logprobs=2),
+        Sampling(seed=1, repeat_penalty=1.1, logprobs=0),
+    ]
+    batch = make_batch(samplings, [0, 1], vocab)
+    history = mx.full((3, PENALTY_WINDOW_MAX), -1, dtype=mx.int32)
+    rows = mx.array([2, 0], dtype=mx.int32)
+    logprob_rows = LogprobRows.of(samplings)
+    bias = bias_table([Sampling(logit_bias=((1, 1.0),)), Sampling()], vocab)
+    assert logprob_rows is not None and bias is not None
+    outputs = []
+    plain = mx.zeros((2, vocab), dtype=logits_dtype)
+    words = mx.full((2, (vocab + 31) // 32), -1, dtype=mx.int32)
+    for logits in (plain, plain.astype(mx.float32) + bias):  # as MlxEngine._decode adds a bias
+        logits = mask_logits(logits, words)
+        own = history[rows]
+        tokens = sample(logits, batch, mx.zeros((2,), dtype=mx.uint32), own)
+        history[rows] = mx.concatenate([own[:, 1:], tokens[:, None]], axis=1)
+        fed = [feed_tokens(tokens, [1, 0], [0, 0]), feed_tokens(tokens, [None, 0], [5, 0])]
+        outputs += [*logprob_rows.compute(logits, tokens), *fed]
+    mx.eval(history, outputs)
 
 
 def _tokens(logits: mx.array, sampled: bool) -> mx.array:
@@ -120,11 +149,14 @@ def _tokens(logits: mx.array, sampled: bool) -> mx.array:
     return sample(logits, batch, mx.zeros((rows,), dtype=mx.uint32))
 
 
-def warm_up(shapes: list[WarmShape], engine: ScratchPass) -> float:
+def warm_up(shapes: list[WarmShape], engine: ScratchPass, vocab: int) -> float:
     """Run every shape once; returns the seconds it took (logged)."""
     started = time.perf_counter()
+    logits_dtype = None
     for shape in shapes:
-        run_shape(shape, engine)
+        logits_dtype = run_shape(shape, engine) or logits_dtype
+    if logits_dtype is not None:
+        warm_step_ops(logits_dtype, vocab)
     seconds = time.perf_counter() - started
     log.info("warmed %d pass shapes in %.1f s", len(shapes), seconds)
     return seconds

@@ -9,9 +9,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx import shape_buckets, warm_up
 from kinfer.engines.mlx.shape_buckets import decode_rows
-from kinfer.engines.mlx.warm_up import ScratchPass, WarmShape, run_shape, warm_shapes
+from kinfer.engines.mlx.warm_up import ScratchPass, WarmShape, run_shape, warm_shapes, warm_step_ops
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
 from tests.engines.mlx.test_engine import QUESTIONS
@@ -50,6 +50,35 @@ def test_a_recurrent_model_warms_its_padded_chunks_too():
     shapes = warm_shapes(16, recurrent=True)
     prefill = [s for s in shapes if not s.decode]
     assert {s.length for s in prefill if s.padded} == {s.length for s in prefill if not s.padded}
+
+
+def test_the_decode_steps_index_ops_beside_the_pass_run_at_load_in_both_logit_dtypes(monkeypatch):
+    # each is a gather or scatter whose CUDA module MLX compiles at first use (3-4 s on the H200): rows
+    # fed from last step's tokens reordered or mixed with host tokens, the penalty history, logprobs,
+    # a grammar's mask, all on the model's logits and on float32 ones (a logit bias converts them)
+    seen: dict[str, list] = {"feed": [], "sample": [], "logprobs": [], "mask": []}
+
+    def spy(name, real, describe):
+        def call(*args):
+            seen[name].append(describe(*args))
+            return real(*args)
+
+        monkeypatch.setattr(warm_up, real.__name__, call)
+
+    spy("feed", warm_up.feed_tokens, lambda last, sources, host: tuple(sources))
+    spy("sample", warm_up.sample, lambda logits, batch, counters, history: (logits.dtype, history.dtype))
+    spy("mask", warm_up.mask_logits, lambda logits, words: logits.dtype)
+    compute = warm_up.LogprobRows.compute
+
+    def logprobs(self, logits, tokens):
+        seen["logprobs"].append(logits.dtype)
+        return compute(self, logits, tokens)
+
+    monkeypatch.setattr(warm_up.LogprobRows, "compute", logprobs)
+    warm_step_ops(mx.bfloat16, 300)
+    assert set(seen["feed"]) == {(1, 0), (None, 0)}  # a new order; a host token beside a device one
+    assert seen["sample"] == [(mx.bfloat16, mx.int32), (mx.float32, mx.int32)]  # with a penalty history
+    assert seen["logprobs"] == seen["mask"] == [mx.bfloat16, mx.float32]
 
 
 class Recorder:
@@ -114,7 +143,7 @@ def test_rows_served_after_the_warm_up_read_the_same_tokens_as_mlx_lm(model, req
 
 def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, monkeypatch):
     ran = []
-    monkeypatch.setattr("kinfer.engines.mlx.engine.run_warm_up", lambda shapes, _: ran.append(len(shapes)))
+    monkeypatch.setattr("kinfer.engines.mlx.engine.run_warm_up", lambda shapes, *_: ran.append(len(shapes)))
     try:
         shape_buckets.set_enabled(False)  # a CPU or Metal: no buckets, nothing to warm
         make_mlx(tiny_qwen3, rows=4)

@@ -1,0 +1,190 @@
+"""Drive the MLX engine through one scenario and log every step, for a native profiler to watch.
+
+    python scripts/profile_steps.py stall --weights DIR --rows 16 --prompt-tokens 50000 --json out.json
+    python scripts/profile_steps.py decode --weights DIR --rows 1 --steps 400 --json out.json
+    py-spy record --native --rate 250 --format raw -o stacks.txt -- python scripts/profile_steps.py ...
+
+`stall`: `rows` replies decode, then one long prompt arrives and is prefilled beside them (issue 18's
+"no stalls" case, without HTTP); `decode`: `rows` replies decode for `steps` steps (issue 20's step).
+The JSON holds every step of the timed window (ms, the step timer's phases, prompt positions
+prefilled, rows decoding), so a profile's samples can be read against the steps they fell in.
+No server, no scheduler: the engine as the scheduler's worker thread drives it.
+
+First sightings: with MLX_PTX_CACHE_DIR set to an empty folder, each step also lists the CUDA modules
+MLX's JIT compiled during it (a new .ptx file there: 1-4 s of NVRTC each on the H200), and `stall`
+varies its rows as serving does (replies ending at different steps and replaced, sampled rows,
+penalties, logprobs, a logit bias), so a kernel the warm-up left out shows up as the step it stalled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+
+def _engine(weights: Path, rows: int, ctx: int):
+    from kinfer.engines.mlx.engine import MlxEngine
+    from kinfer.engines.mlx.step_timer import StepTimer
+
+    engine = MlxEngine(weights, name="profile", rows=rows, ctx=ctx, prefix_cache=False)
+    engine.step_timer = StepTimer()
+    return engine
+
+
+def _job(job_id: str, tokens: int, max_tokens: int, vocab: int, kind: int = 0):
+    """kind 0: greedy; 1: sampled (the defaults); 2: repeat penalty; 3: logprobs; 4: a logit bias."""
+    from kinfer.engines.base import GenerationJob
+    from kinfer.protocol import Sampling
+
+    prompt = tuple(random.randrange(100, vocab - 100) for _ in range(tokens))
+    sampling = [
+        Sampling(temperature=0.0),
+        Sampling(seed=kind),
+        Sampling(temperature=0.0, repeat_penalty=1.1),
+        Sampling(temperature=0.0, logprobs=3),
+        Sampling(temperature=0.0, logit_bias=((vocab // 2, 5.0),)),
+    ][kind % 5]
+    return GenerationJob(job_id, prompt, sampling, max_tokens=max_tokens, ignore_eos=True)
+
+
+class PtxWatch:
+    """New files in MLX's PTX cache folder (MLX_PTX_CACHE_DIR): the modules its JIT compiled since."""
+
+    def __init__(self) -> None:
+        self.folder = os.environ.get("MLX_PTX_CACHE_DIR")
+        self.seen = self._names()
+
+    def _names(self) -> set[str]:
+        if not self.folder or not os.path.isdir(self.folder):
+            return set()
+        return {n[:-4] for n in os.listdir(self.folder) if n.endswith(".ptx")}
+
+    def new(self) -> list[str]:
+        names = self._names()
+        fresh, self.seen = sorted(names - self.seen), names
+        return fresh
+
+
+WATCH: PtxWatch | None = None
+
+
+def _step(engine, log: list[dict], began: float) -> list:
+    start = time.perf_counter()
+    updates = engine.step()
+    ms = (time.perf_counter() - start) * 1000
+    phases = engine.step_timer.steps[-1] if engine.step_timer.steps else {}
+    engine.step_timer.steps.clear()
+    active = [row for row in engine._slots if row is not None]
+    log.append(
+        {
+            "t": start - began,
+            "ms": ms,
+            "prefill": engine._step_prefill,
+            "decoding": sum(1 for row in active if row.ready),
+            **{k: v * 1000 for k, v in phases.items()},
+            "compiled": WATCH.new() if WATCH else [],
+        }
+    )
+    return updates
+
+
+def stall(args: argparse.Namespace) -> dict:
+    engine = _engine(args.weights, args.rows + 1, args.ctx)
+    vocab = engine._tokenizer.vocab_size
+    global WATCH
+    WATCH = PtxWatch()  # after the load and its warm-up
+    count = 0
+
+    def submit(tokens: int = 128) -> None:  # replies of different lengths and kinds, so rows come and go
+        nonlocal count
+        engine.submit(_job(f"r{count}", tokens, 24 + 11 * (count % 7), vocab, kind=count))
+        count += 1
+
+    for _ in range(args.rows):
+        submit()
+    log: list[dict] = []
+    began = time.perf_counter()
+
+    def step() -> list:
+        updates = _step(engine, log, began)
+        for u in updates:
+            if u.finish is not None and u.job_id != "long":
+                submit(64 + 32 * (count % 3))
+        return updates
+
+    for _ in range(args.before):
+        step()
+    engine.submit(_job("long", args.prompt_tokens, 8, vocab))
+    first = None
+    while first is None:
+        if any(u.job_id == "long" and u.new_tokens for u in step()):
+            first = time.perf_counter() - began
+    for _ in range(args.after):
+        step()
+    engine.close()
+    beside = [s["ms"] for s in log if s["prefill"] and s["decoding"] >= args.rows - 2]
+    alone = [s["ms"] for s in log if not s["prefill"]]
+    return {
+        "steps": log,
+        "long_first_token_s": first,
+        "prefill_steps_ms": beside,
+        "decode_median_ms": _median(alone),
+    }
+
+
+def decode(args: argparse.Namespace) -> dict:
+    engine = _engine(args.weights, args.rows, 128 + args.steps + 64)
+    global WATCH
+    WATCH = PtxWatch()
+    vocab = engine._tokenizer.vocab_size
+    for i in range(args.rows):
+        engine.submit(_job(f"r{i}", 128, args.steps + 32, vocab))
+    log: list[dict] = []
+    began = time.perf_counter()
+    while sum(1 for row in engine._slots if row is not None and row.ready) < args.rows:
+        _step(engine, [], began)
+    for _ in range(args.steps):
+        _step(engine, log, began)
+    engine.close()
+    return {"steps": log, "decode_median_ms": _median([s["ms"] for s in log])}
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("scenario", choices=("stall", "decode"))
+    parser.add_argument("--weights", type=Path, required=True)
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=50000)
+    parser.add_argument("--ctx", type=int, default=65536)
+    parser.add_argument("--steps", type=int, default=400, help="decode: steps timed")
+    parser.add_argument("--before", type=int, default=20, help="stall: decode steps logged before the prompt")
+    parser.add_argument("--after", type=int, default=20, help="stall: steps logged after its first token")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    random.seed(0)
+    result = stall(args) if args.scenario == "stall" else decode(args)
+    steps = result["steps"]
+    print(f"{args.scenario}: {len(steps)} steps, decode median {result['decode_median_ms']:.2f} ms")
+    if args.scenario == "stall":
+        beside = result["prefill_steps_ms"]
+        print(f"prefill beside decoding rows: {len(beside)} steps, ms: {[round(m, 1) for m in beside]}")
+        print(f"long prompt's first token after {result['long_first_token_s']:.2f} s")
+    compiled = [(i, round(s["ms"], 1), s["compiled"]) for i, s in enumerate(steps) if s["compiled"]]
+    print(f"first sightings after the load (step, ms, modules): {compiled}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
