@@ -141,6 +141,16 @@ def test_rows_served_after_the_warm_up_read_the_same_tokens_as_mlx_lm(model, req
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
 
 
+def test_an_engine_whose_rows_hold_fewer_tokens_than_a_chunk_share_warms_what_fits(
+    tiny_qwen3, make_mlx, padded
+):
+    # the share beside decoding rows is 256 tokens; a --ctx of 128 cannot hold a chunk that long
+    engine = make_mlx(tiny_qwen3, rows=1, ctx=128)
+    assert engine._alloc.used == 1  # loaded, and the warm-up gave its blocks back
+    results = run_jobs(engine, [job("p", engine.tokenize(chat("Hi")), max_tokens=4, ignore_eos=True)])
+    assert results["p"].new_tokens == 4
+
+
 def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, monkeypatch):
     ran = []
     monkeypatch.setattr("kinfer.engines.mlx.engine.run_warm_up", lambda shapes, *_: ran.append(len(shapes)))
