@@ -40,6 +40,8 @@ class Cluster:
     def __init__(self, settings: Settings, environ=os.environ) -> None:
         import mlx.core as mx
 
+        from kinfer.engines.mlx.ptx_cache import keep_kernels_on_cuda
+
         assert settings.distributed is not None
         self.hostfile: Hostfile = read_hostfile(settings.distributed)
         if "MLX_RANK" not in environ:
@@ -48,6 +50,7 @@ class Cluster:
                 f"`kinfer distributed {settings.distributed}` (it prints the commands)"
             )
         self.group = mx.distributed.init(strict=True, backend=self.hostfile.backend)
+        keep_kernels_on_cuda(settings.home)  # every rank's, as a single server's (ptx_cache.py)
         self.rank = self.group.rank()
         if self.group.size() != len(self.hostfile.hosts):
             raise InvalidRequest(

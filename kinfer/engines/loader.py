@@ -64,15 +64,11 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             exact_prefix=True if settings.exact_prefix else None,
         )
     if model.format == "mlx":
-        import mlx.core as mx
-
         from kinfer.engines.mlx.embed import MlxEmbeddingEngine, is_embedding_directory
         from kinfer.engines.mlx.engine import MlxEngine
-        from kinfer.engines.mlx.kernels import on_cuda_gpu
-        from kinfer.engines.mlx.ptx_cache import keep_compiled_kernels
+        from kinfer.engines.mlx.ptx_cache import keep_kernels_on_cuda
 
-        if on_cuda_gpu():  # the kernels MLX compiles outlive a reboot (ptx_cache.py)
-            keep_compiled_kernels(settings.home, mx.__version__)
+        keep_kernels_on_cuda(settings.home)  # the kernels MLX compiles outlive a reboot
 
         if is_embedding_directory(model.path):
             return MlxEmbeddingEngine(model.path, name=model.name, ctx=row_ctx)

@@ -37,3 +37,13 @@ def keep_compiled_kernels(
         return ""
     environ[VARIABLE] = str(folder)
     return str(folder)
+
+
+def keep_kernels_on_cuda(home: Path) -> str:
+    """`keep_compiled_kernels` where this process's MLX computes on a CUDA GPU (elsewhere MLX compiles
+    no PTX); returns the folder in force, "" for none."""
+    import mlx.core as mx
+
+    from kinfer.engines.mlx.kernels import on_cuda_gpu
+
+    return keep_compiled_kernels(home, mx.__version__) if on_cuda_gpu() else ""

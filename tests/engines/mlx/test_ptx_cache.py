@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 
 from kinfer.config import Settings
@@ -53,9 +54,10 @@ def test_loading_an_mlx_model_on_cuda_points_mlx_at_it_first(cuda, tmp_path: Pat
     monkeypatch.setattr(shape_buckets, "_enabled", False)  # the engine itself stays as on this CPU
     monkeypatch.setattr("kinfer.engines.mlx.kernels.on_cuda_gpu", lambda: cuda)
     monkeypatch.setattr(
-        "kinfer.engines.mlx.ptx_cache.keep_compiled_kernels", lambda home, version: seen.append(home)
+        "kinfer.engines.mlx.ptx_cache.keep_compiled_kernels",
+        lambda home, version: seen.append((home, version)),
     )
     path = build_tiny_model(tmp_path / "qwen3", "qwen3")
     engine = load_engine(Model("tiny", "mlx", path), Settings(parallel=1, ctx=128, home=tmp_path / "home"))
     engine.close()
-    assert seen == ([tmp_path / "home"] if cuda else [])
+    assert seen == ([(tmp_path / "home", mx.__version__)] if cuda else [])
