@@ -21,8 +21,17 @@ Then the decode step's work around the pass that no shape above reaches (`warm_s
 from last step's tokens in a new order or beside host tokens, penalties' history, logprobs, a
 grammar's mask, a logit bias. Their gathers and scatters are kernels MLX's CUDA backend compiles at
 first use, one module per op, data and index dtype (3-4 s of NVRTC each on the H200, once per machine:
-then read from MLX's PTX cache, which lives in the temp folder). Left to serving, on a fresh H200 the
-first decode step of rows coming and going compiled four of them: 15.3 s without a token for anyone.
+then read from MLX's PTX cache, ptx_cache.py). Left to serving, on a fresh H200 the first decode step
+of rows coming and going compiled four of them: 15.3 s without a token for anyone.
+
+Each pass is evaluated on its own, as serving evaluates each pass of a step on its own (the engine's
+`_launch`): MLX cuts an eval into CUDA graphs of ~20 kernels and instantiates a graph the first time its
+topology comes up, so a pass must start a graph where it started here for its graphs to be the same.
+
+The passes run on the engine's scratch slot (the one the decode padding rows point at) with KV blocks
+taken for the occasion and given back, so no row's KV, state or pooled prefix is touched; a full
+decode batch (every slot in order, no gather) also overwrites the free slots' recurrent state, which a
+row resets when it takes a slot. On a CPU or Metal nothing is padded to buckets and nothing runs here.
 """
 
 from __future__ import annotations
