@@ -147,8 +147,10 @@ class Settings:
     mlx_warm_up: bool = _setting(
         True,
         "MLX on CUDA: at load, run every decode row bucket (greedy, sampled, and with long rows' "
-        "split attention) and one-row prompt chunk shape once "
-        "(off: each costs ~0.2 s the first time it comes up while serving)",
+        "split attention), one-row prompt chunk shape and the decode step's index ops (penalties, "
+        "logprobs, grammar masks, rows in a new order) once (off: each shape costs ~0.2 s the first "
+        "time it comes up while serving, each index op's kernel module 3-4 s on a machine whose MLX "
+        "PTX cache is empty)",
         group=DIAGNOSTIC,
     )
 
