@@ -11,7 +11,7 @@ import pytest
 
 from kinfer.config import Settings
 from kinfer.engines.loader import load_engine
-from kinfer.engines.mlx.ptx_cache import VARIABLE, keep_compiled_kernels
+from kinfer.engines.mlx.ptx_cache import VARIABLE, keep_compiled_kernels, keep_kernels_on_cuda
 
 
 def test_the_kernel_cache_lives_under_kinfers_home_one_folder_per_mlx_version(tmp_path: Path):
@@ -44,20 +44,24 @@ class Model:
     path: Path
 
 
-@pytest.mark.parametrize("cuda", [True, False])
-def test_loading_an_mlx_model_on_cuda_points_mlx_at_it_first(cuda, tmp_path: Path, monkeypatch):
-    from kinfer.engines.mlx import shape_buckets
+def test_loading_an_mlx_model_points_mlx_at_it_first(tmp_path: Path, monkeypatch):
     from tests.fixtures.tiny_mlx import build_tiny_model
 
     seen = []
-    monkeypatch.delenv(VARIABLE, raising=False)
-    monkeypatch.setattr(shape_buckets, "_enabled", False)  # the engine itself stays as on this CPU
-    monkeypatch.setattr("kinfer.engines.mlx.kernels.on_cuda_gpu", lambda: cuda)
-    monkeypatch.setattr(
-        "kinfer.engines.mlx.ptx_cache.keep_compiled_kernels",
-        lambda home, version: seen.append((home, version)),
-    )
+    monkeypatch.setattr("kinfer.engines.mlx.ptx_cache.keep_kernels_on_cuda", seen.append)
     path = build_tiny_model(tmp_path / "qwen3", "qwen3")
     engine = load_engine(Model("tiny", "mlx", path), Settings(parallel=1, ctx=128, home=tmp_path / "home"))
     engine.close()
-    assert seen == ([(tmp_path / "home", mx.__version__)] if cuda else [])
+    assert seen == [tmp_path / "home"]
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_only_mlx_on_cuda_compiles_kernels_to_keep(cuda, tmp_path: Path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("kinfer.engines.mlx.kernels.on_cuda_gpu", lambda: cuda)
+    monkeypatch.setattr(
+        "kinfer.engines.mlx.ptx_cache.keep_compiled_kernels",
+        lambda home, version: seen.append((home, version)) or "kept",
+    )
+    assert keep_kernels_on_cuda(tmp_path) == ("kept" if cuda else "")
+    assert seen == ([(tmp_path, mx.__version__)] if cuda else [])
