@@ -40,12 +40,13 @@ from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
+from kinfer.engines.mlx.logits import with_bias
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, check_prompt, plan_prefill
-from kinfer.engines.mlx.sampling import needs_penalties, sample
+from kinfer.engines.mlx.sampling import needs_penalties, push_history, sample
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, reset_row
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
@@ -417,7 +418,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if plan.padding:
             logits = logits[: len(rows)]
         if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
-            logits = logits.astype(mx.float32) + plan.bias
+            logits = with_bias(logits, plan.bias)
         if any(row.grammar is not None for row in rows):
             logits = self._constrain(logits, rows, updates)
         history = None
@@ -430,7 +431,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if self._agree is not None:
             tokens = self._agree(tokens)
         if history is not None:
-            updated = mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
+            updated = push_history(history, tokens)
             if plan.history_rows is None:
                 self._history = updated
             else:

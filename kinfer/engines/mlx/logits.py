@@ -27,6 +27,11 @@ class MaskedRow(Protocol):
 R = TypeVar("R", bound=MaskedRow)
 
 
+def with_bias(logits: mx.array, bias: mx.array) -> mx.array:
+    """The logits with a bias table added, in float32 (a bias may be as small as a bf16 step)."""
+    return logits.astype(mx.float32) + bias
+
+
 def bias_table(samplings: Sequence[Sampling], vocab: int) -> mx.array | None:
     """[B, V] float32 biases, or None when no row has a logit_bias."""
     if not any(s.logit_bias for s in samplings):

@@ -59,6 +59,11 @@ def history_row(prompt: Sequence[int]) -> mx.array:
     return mx.array([-1] * (PENALTY_WINDOW_MAX - len(tail)) + tail, dtype=mx.int32)
 
 
+def push_history(history: mx.array, tokens: mx.array) -> mx.array:
+    """[B, N] recent tokens with each row's new token appended and its oldest dropped."""
+    return mx.concatenate([history[:, 1:], tokens[:, None]], axis=1)
+
+
 def make_batch(samplings: Sequence[Sampling], seeds: Sequence[int], vocab: int) -> SamplingBatch:
     greedy = np.array([s.greedy for s in samplings], dtype=bool)
     top_k = np.array([s.top_k if s.top_k > 0 else vocab for s in samplings], dtype=np.int64)

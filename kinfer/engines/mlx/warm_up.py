@@ -45,9 +45,9 @@ import mlx.core as mx
 import numpy as np
 
 from kinfer.engines.mlx.kv import PassLayout
-from kinfer.engines.mlx.logits import LogprobRows, bias_table
+from kinfer.engines.mlx.logits import LogprobRows, bias_table, with_bias
 from kinfer.engines.mlx.rows import feed_tokens
-from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, make_batch, mask_logits, sample
+from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, make_batch, mask_logits, push_history, sample
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 from kinfer.protocol import Sampling
@@ -139,11 +139,11 @@ def warm_step_ops(logits_dtype: mx.Dtype, vocab: int) -> None:
     outputs = []
     plain = mx.zeros((2, vocab), dtype=logits_dtype)
     words = mx.full((2, (vocab + 31) // 32), -1, dtype=mx.int32)
-    for logits in (plain, plain.astype(mx.float32) + bias):  # as MlxEngine._decode adds a bias
+    for logits in (plain, with_bias(plain, bias)):
         logits = mask_logits(logits, words)
         own = history[rows]
         tokens = sample(logits, batch, mx.zeros((2,), dtype=mx.uint32), own)
-        history[rows] = mx.concatenate([own[:, 1:], tokens[:, None]], axis=1)
+        history[rows] = push_history(own, tokens)
         fed = [feed_tokens(tokens, [1, 0], [0, 0]), feed_tokens(tokens, [None, 0], [5, 0])]
         outputs += [*logprob_rows.compute(logits, tokens), *fed]
     mx.eval(history, outputs)
