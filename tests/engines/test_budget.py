@@ -35,3 +35,30 @@ def test_without_a_gpu_device_ggml_reports_none_and_ram_is_used():
     if native.supports_gpu_offload():
         pytest.skip("a GPU build: its devices' memory is used instead")
     assert llama_budget(0, gpu=True) == int(psutil.virtual_memory().total * 0.75)
+
+
+# what mx.device_info() holds on each backend (MLX 0.32: mlx/backend/{cuda,metal}/device_info.cpp)
+CUDA_INFO = {"device_name": "NVIDIA H200", "total_memory": 140 * GIB, "free_memory": 100 * GIB}
+METAL_INFO = {"device_name": "Apple M3 Max", "memory_size": 64 * GIB}
+
+
+def test_on_cuda_the_mlx_budget_and_sizing_read_the_gpus_memory_not_the_hosts(monkeypatch):
+    import mlx.core as mx
+
+    from kinfer.engines.mlx import sizing
+
+    monkeypatch.setattr(mx, "device_info", lambda *a: CUDA_INFO)
+    monkeypatch.setattr(mx.metal, "is_available", lambda: False)
+    assert mlx_budget(0, gpu=True) == 126 * GIB  # 90 % of the GPU's 140 GiB, whatever the host's RAM
+    assert sizing._available_memory(gpu=True) == 100 * GIB  # what the device has left (NVML)
+
+
+def test_on_apple_silicon_the_mlx_budget_reads_unified_memory(monkeypatch):
+    import mlx.core as mx
+
+    from kinfer.engines.mlx import sizing
+
+    monkeypatch.setattr(mx, "device_info", lambda *a: METAL_INFO)
+    monkeypatch.setattr(mx.metal, "is_available", lambda: True)
+    assert mlx_budget(0, gpu=True) == 48 * GIB
+    assert sizing._available_memory(gpu=True) == 64 * GIB - mx.get_active_memory()

@@ -81,11 +81,22 @@ def over_budget(budget: int) -> bool:
     return True
 
 
+def gpu_memory() -> tuple[int, int | None]:
+    """(total bytes, free bytes or None) of the GPU MLX computes on; (0, None) where it reports neither.
+
+    The backends name them apart in `mx.device_info()`: Metal's `memory_size` (unified memory, no free
+    figure), CUDA's `total_memory` and `free_memory` (NVML's, so other processes' use counts). Reading
+    only `memory_size` took a CUDA machine's host RAM for its GPU's memory."""
+    info = mx.device_info() if hasattr(mx, "device_info") else {}
+    total = int(info.get("memory_size") or info.get("total_memory") or 0)
+    free = info.get("free_memory")
+    return total, (int(free) if free is not None and total else None)
+
+
 def device_budget(setting_gb: float, gpu: bool) -> int:
     """The memory budget in bytes (kinfer/engines/budget.py): of unified memory on Apple silicon, of
     the GPU's memory on CUDA, of RAM on a CPU."""
-    info = mx.device_info() if hasattr(mx, "device_info") else {}
-    total = int(info.get("memory_size", 0) or 0) if gpu else 0
+    total = gpu_memory()[0] if gpu else 0
     if not total:
         return resolve_budget(setting_gb, total=ram_total(), kind="ram")
     kind = "unified" if mx.metal.is_available() else "cuda"

@@ -9,6 +9,7 @@ from typing import Any
 import mlx.core as mx
 
 from kinfer.engines.mlx.kv import BLOCK, PagedLayer
+from kinfer.engines.mlx.memory import gpu_memory
 from kinfer.engines.mlx.prefix import STATE_BYTES
 from kinfer.engines.mlx.state import StateLedger, StateSlots
 from kinfer.errors import EngineFailure, InvalidRequest
@@ -75,8 +76,9 @@ def _kv_bytes_per_token(config: dict[str, Any], attention_layers: int) -> int:
 
 
 def _available_memory(gpu: bool) -> int:
-    info = mx.device_info() if hasattr(mx, "device_info") else {}
-    total = int(info.get("memory_size", 0) or 0) if gpu else 0
+    total, free = gpu_memory() if gpu else (0, None)
+    if free is not None:  # CUDA: what the device has left, whoever holds the rest
+        return free
     if total:
         return max(total - mx.get_active_memory(), 0)
     try:
