@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -143,6 +144,17 @@ def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: Prompt
     }
 
 
+def check_rows(url: str, needed: int) -> None:
+    """Stop unless the loaded model holds a row for every stream and the long prompt: with one fewer
+    (a memory budget that holds fewer rows of --ctx than asked) the prompt waits for a row to end, and
+    the run measures the queue, not a stall (seen on the H200: qwen3-0.6b at --ctx 40960 held 16)."""
+    metrics = httpx.get(url + "/metrics", timeout=60).text
+    found = re.search(r"^kinfer_rows_total\{[^}]*\} ([0-9.]+)$", metrics, re.M)
+    if found is None or int(float(found.group(1))) < needed:
+        held = str(int(float(found.group(1)))) if found else "unknown"
+        raise SystemExit(f"the server holds {held} rows, the run needs {needed}: lower --ctx (see its log)")
+
+
 def run_tree(label: str, tree: Path, args: argparse.Namespace, sizer: PromptSizer | None, seed: int):
     # this tree's kinfer, not the cwd's; what PYTHONPATH held (a GPU machine's staged packages) after it
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
@@ -162,6 +174,7 @@ def run_tree(label: str, tree: Path, args: argparse.Namespace, sizer: PromptSize
     ) as server:
         url, model = server.target.url, server.target.model
         sizer = sizer or calibrate(url, model)
+        check_rows(url, args.rows + 1)
         result = one_run(url, model, args, sizer, seed)
     result.update(tree=label, path=str(tree), load_before=load_before, load_after=os.getloadavg())
     return result, sizer
