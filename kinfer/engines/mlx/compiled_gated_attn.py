@@ -1,8 +1,8 @@
-"""A Qwen3.5 full-attention layer's one-token pass as two compiled functions around kinfer's paged attention.
+"""A Qwen3.5 full-attention layer's pass as two compiled functions around kinfer's paged attention.
 
 Qwen3-Next-style attention (`Qwen3NextAttention`) gates its output: q_proj yields each head's query and
-a gate; the output is `o_proj(attention * sigmoid(gate))`. On a one-token pass this runs, with mlx-lm's
-maths op for op:
+a gate; the output is `o_proj(attention * sigmoid(gate))`. On a one-token pass, and on a prompt chunk
+where pass shapes are bucketed (compiled_layers.py), this runs, with mlx-lm's maths op for op:
 
 - `before` (compiled): input norm -> q(+gate) / k / v projections -> q/k norms -> RoPE;
 - between them, uncompiled: the paged KV write and attention (kv.PagedKV);
@@ -78,8 +78,8 @@ def gated_out(plan: GatedAttnPlan, x: mx.array, attended: mx.array, gate: mx.arr
 
 
 def attention_decode(layer: nn.Module, x: mx.array, cache, side) -> mx.array | None:
-    """The layer's one-token pass through `side`'s compiled functions; None where the cache is not
-    kinfer's paged one (the caller runs the module code)."""
+    """The layer's pass (one token or a prompt chunk) through `side`'s compiled functions; None where
+    the cache is not kinfer's paged one (the caller runs the module code)."""
     if not isinstance(cache, PagedKV):
         return None
     w = layer._kinfer_arrays

@@ -1,10 +1,12 @@
-"""A Qwen3.5 GatedDeltaNet layer's one-token pass as two compiled functions around its recurrence.
+"""A Qwen3.5 GatedDeltaNet layer's pass as two compiled functions around its recurrence.
 
-mlx-lm's `GatedDeltaNet.__call__` builds ~40 ops per layer and token in Python. On a one-token pass
-(decode) this runs, with the same maths op for op:
+mlx-lm's `GatedDeltaNet.__call__` builds ~40 ops per layer and pass in Python. On a one-token pass
+(decode), and on a prompt chunk where pass shapes come from a few buckets (CUDA: shape_buckets.py, so
+each function is traced a bounded number of times) and no row is padded, this runs, with the same
+maths op for op:
 
 - `before` (compiled): input norm -> the input projections (fused or not, fuse.py) -> the causal
-  convolution over the row's saved window and the new token -> SiLU -> q / k / v heads -> their L2
+  convolution over the row's saved window and the new tokens -> SiLU -> q / k / v heads -> their L2
   norms; it also returns the new convolution window;
 - between them, uncompiled: the window and the recurrent state read from and written to kinfer's
   rows' state (state.StateView) and the recurrence itself (`gated_delta_update`, which kinfer routes to
@@ -85,16 +87,16 @@ def make_before(plan: GdnPlan):
     key_dim = plan.k_heads * plan.k_dim
 
     def before(x: mx.array, window: mx.array, w: dict) -> tuple[mx.array, ...]:
-        batch = x.shape[0]
+        batch, length, _ = x.shape
         qkv, z, b, a = plan.inputs(mx.fast.rms_norm(x, w["ln"], plan.eps), w["inputs"])
-        z = z.reshape(batch, 1, plan.v_heads, plan.v_dim)
+        z = z.reshape(batch, length, plan.v_heads, plan.v_dim)
         conv_input = mx.concatenate([window, qkv], axis=1)
         window = mx.contiguous(conv_input[:, -(plan.kernel - 1) :, :])
         conv_out = nn.silu(mx.conv1d(conv_input, w["conv"], 1, 0, 1, conv_input.shape[-1]))
         q, k, v = mx.split(conv_out, [key_dim, 2 * key_dim], -1)
-        q = q.reshape(batch, 1, plan.k_heads, plan.k_dim)
-        k = k.reshape(batch, 1, plan.k_heads, plan.k_dim)
-        v = v.reshape(batch, 1, plan.v_heads, plan.v_dim)
+        q = q.reshape(batch, length, plan.k_heads, plan.k_dim)
+        k = k.reshape(batch, length, plan.k_heads, plan.k_dim)
+        v = v.reshape(batch, length, plan.v_heads, plan.v_dim)
         q, k = normalize_qk(q, k, inv_scale=plan.k_dim**-0.5, eps=1e-6)
         return window, q, k, v, a, b, z
 
@@ -106,12 +108,12 @@ def gated_norm_out(plan: GdnPlan, x: mx.array, out: mx.array, z: mx.array, w: di
     from mlx_lm.models.activations import precise_swiglu
 
     normed = precise_swiglu(out, z, mx.fast.rms_norm(out, w["norm"], plan.norm_eps))
-    return plan.out.add_to(x, normed.reshape(x.shape[0], 1, -1), w["out"])
+    return plan.out.add_to(x, normed.reshape(*x.shape[:2], -1), w["out"])
 
 
 def linear_decode(layer: nn.Module, x: mx.array, cache, side) -> mx.array | None:
-    """The layer's one-token pass through `side`'s compiled functions; None where this pass cannot
-    (no saved window yet): the caller runs the module code."""
+    """The layer's pass (one token, or an unpadded prompt chunk) through `side`'s compiled functions;
+    None where this pass cannot (no saved window yet): the caller runs the module code."""
     window = cache[0] if cache is not None else None
     if window is None:
         return None
@@ -124,5 +126,5 @@ def linear_decode(layer: nn.Module, x: mx.array, cache, side) -> mx.array | None
         q, k, v, a, b, gdn.A_log, gdn.dt_bias, cache[1], None, use_kernel=not gdn.training
     )
     cache[1] = state
-    cache.advance(1)
+    cache.advance(x.shape[1])
     return side.after(x, out, z, w)

@@ -1,15 +1,19 @@
-"""Qwen3.5's decoder layers on one-token passes as compiled functions, for models whose whole decode
-pass compiled_step.py cannot take over (GatedDeltaNet layers between gated attention ones).
+"""Qwen3.5's decoder layers as compiled functions on one-token passes (and on bucketed prompt chunks),
+for models whose whole decode pass compiled_step.py cannot take over (GatedDeltaNet layers between
+gated attention ones).
 
-Each layer's one-token pass becomes two compiled functions around what must stay uncompiled (kinfer's
-state slots and recurrence kernel: compiled_gdn.py; the paged KV write and attention:
+Each layer's pass becomes two compiled functions around what must stay uncompiled (kinfer's state
+slots and recurrence kernel: compiled_gdn.py; the paged KV write and attention:
 compiled_gated_attn.py), the second ending in the layer's SwiGLU feed-forward side `h + mlp(norm(h))`.
 A layer whose mixer is of another shape still gets that feed-forward side compiled after mlx-lm's
 mixer code. Functions are shared by every layer of one configuration (the weights are arguments) and
-run on one-token (decode) passes only: prompt chunks have many lengths, each of which would cost a
-trace. The layer objects get a kinfer subclass of their own class (the class itself is untouched;
-other models and mlx-lm's generators see no change). `compile_decode` picks, per model, the whole
-compiled pass (compiled_step.py) or these layers.
+run on one-token (decode) passes, and on prompt chunks only where pass shapes come from a few buckets
+(CUDA: shape_buckets.py; elsewhere a chunk of any length would cost a trace): there a prefill pass
+beside decoding rows took ~4x a decode step, all of it host time building and encoding the module
+code's ops. A GatedDeltaNet's padded pass (rows ending early) keeps mlx-lm's masked graph. The layer
+objects get a kinfer subclass of their own class (the class itself is untouched; other models and
+mlx-lm's generators see no change). `compile_decode` picks, per model, the whole compiled pass
+(compiled_step.py) or these layers.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import mlx.core as mx
 import mlx.nn as nn
 
+from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.compiled_gated_attn import GatedAttnPlan, attention_decode, gated_attn_plan, gated_out
 from kinfer.engines.mlx.compiled_gated_attn import make_before as make_attn_before
 from kinfer.engines.mlx.compiled_gdn import GdnPlan, gated_norm_out, gdn_plan, linear_decode, make_before
@@ -71,10 +76,10 @@ class _OutputSide:
 
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
-    if x.shape[1] != 1:
-        return super(type(self), self).__call__(x, mask, cache)
     side = self._kinfer_side
-    if self.is_linear and side.before is not None and mask is None:
+    if x.shape[1] != 1 and not shape_buckets.enabled():
+        return super(type(self), self).__call__(x, mask, cache)  # a prompt chunk of any length: no trace
+    if self.is_linear and side.before is not None and mask is None:  # a padded pass: the masked graph
         out = linear_decode(self, x, cache, side)
         if out is not None:
             return out

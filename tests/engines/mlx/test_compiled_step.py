@@ -200,3 +200,59 @@ def test_a_steady_decode_step_replays_its_traces_without_running_the_layers_pyth
     # every layer's norms sit inside compiled functions: replayed, never called from Python (Qwen3.5
     # compiles its layers only: its final norm is mlx-lm's code, once a step)
     assert len(norms) == {"qwen3": 0, "qwen3_5": 4}[arch]
+
+
+def _spied_passes(monkeypatch) -> dict[str, list[int]]:
+    """Tokens of each pass the compiled GatedDeltaNet ("linear") and gated attention took."""
+    from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_layers
+
+    passes: dict[str, list[int]] = {"linear": [], "attention": []}
+
+    def spy(kind, real):
+        def call(layer, x, cache, side):
+            out = real(layer, x, cache, side)
+            if out is not None:
+                passes[kind].append(x.shape[1])
+            return out
+
+        return call
+
+    monkeypatch.setattr(compiled_layers, "linear_decode", spy("linear", compiled_gdn.linear_decode))
+    monkeypatch.setattr(
+        compiled_layers, "attention_decode", spy("attention", compiled_gated_attn.attention_decode)
+    )
+    return passes
+
+
+def test_qwen35_prompt_chunks_take_the_compiled_layers_where_shapes_are_bucketed(
+    tiny_qwen35, make_mlx, compiling, monkeypatch
+):
+    # on CUDA pass shapes come from a few buckets (shape_buckets.py), so a prompt chunk may be traced:
+    # its layers go through the compiled functions (a GatedDeltaNet's padded pass, whose rows end
+    # early, keeps the module code's masked graph) and the replies stay the module code's
+    from kinfer.engines.mlx import shape_buckets
+
+    passes = _spied_passes(monkeypatch)
+    shape_buckets.set_enabled(True)
+    try:
+        compiled = make_mlx(tiny_qwen35, prefill_chunk=16)  # long prompts in full 16-token chunks
+        plain = make_mlx(tiny_qwen35, prefill_chunk=16, compiled_step=False)
+        jobs = _jobs(compiled)
+        for seen in passes.values():
+            seen.clear()  # the warm-up's passes aside
+        batched = run_jobs(compiled, jobs)
+        assert {k: r.text for k, r in batched.items()} == {
+            k: r.text for k, r in run_jobs(plain, jobs).items()
+        }
+        assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+    finally:
+        shape_buckets.set_enabled(None)
+    assert {1, 16} <= set(passes["linear"]) and {1, 16} <= set(passes["attention"])
+
+
+def test_without_buckets_prompt_chunks_keep_the_module_code(tiny_qwen35, make_mlx, compiling, monkeypatch):
+    # on a CPU or Metal prompt chunks come in any length: a trace each would cost more than it saves
+    passes = _spied_passes(monkeypatch)
+    engine = make_mlx(tiny_qwen35, prefill_chunk=16)
+    run_jobs(engine, _jobs(engine)[:2])
+    assert set(passes["linear"]) == {1} and set(passes["attention"]) == {1}
