@@ -28,6 +28,8 @@ from kinfer.engines.mlx.compiled_gated_attn import GatedAttnPlan, attention_deco
 from kinfer.engines.mlx.compiled_gated_attn import make_before as make_attn_before
 from kinfer.engines.mlx.compiled_gdn import GdnPlan, gated_norm_out, gdn_plan, linear_decode, make_before
 from kinfer.engines.mlx.compiled_step import CompiledDecoder, Group, Projection, same_rope
+from kinfer.engines.mlx.kv import PagedKV
+from kinfer.engines.mlx.state import StateView
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,10 @@ class _OutputSide:
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     side = self._kinfer_side
-    if x.shape[1] != 1 and not shape_buckets.enabled():
-        return super(type(self), self).__call__(x, mask, cache)  # a prompt chunk of any length: no trace
+    if x.shape[1] != 1 and not (shape_buckets.enabled() and isinstance(cache, (PagedKV, StateView))):
+        # a chunk of any length would cost a trace each; and a prompt run on mlx-lm's own caches (the
+        # load-time check's reference, check.py) keeps mlx-lm's code whole
+        return super(type(self), self).__call__(x, mask, cache)
     if self.is_linear and side.before is not None and mask is None:  # a padded pass: the masked graph
         out = linear_decode(self, x, cache, side)
         if out is not None:

@@ -256,3 +256,29 @@ def test_without_buckets_prompt_chunks_keep_the_module_code(tiny_qwen35, make_ml
     engine = make_mlx(tiny_qwen35, prefill_chunk=16)
     run_jobs(engine, _jobs(engine)[:2])
     assert set(passes["linear"]) == {1} and set(passes["attention"]) == {1}
+
+
+def test_a_prompt_on_mlx_lms_own_caches_keeps_its_module_code(tiny_qwen35, make_mlx, compiling, monkeypatch):
+    # the load-time check (check.py) compares kinfer's caches with mlx-lm's forward pass: that reference
+    # stays mlx-lm's code whole, buckets or not
+    from mlx_lm.models import qwen3_5
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from kinfer.engines.mlx import shape_buckets
+
+    module_code = qwen3_5.DecoderLayer.__call__
+    whole: list[int] = []  # tokens of each layer pass mlx-lm's own code ran
+
+    def spy(self, x, mask=None, cache=None):
+        whole.append(x.shape[1])
+        return module_code(self, x, mask, cache)
+
+    monkeypatch.setattr(qwen3_5.DecoderLayer, "__call__", spy)
+    shape_buckets.set_enabled(True)
+    try:
+        model = make_mlx(tiny_qwen35)._model
+        whole.clear()
+        mx.eval(model(mx.array([[3, 10, 17, 24, 31, 38]]), cache=make_prompt_cache(model)))
+    finally:
+        shape_buckets.set_enabled(None)
+    assert whole == [6] * len(model.layers)
