@@ -202,6 +202,10 @@ def test_a_steady_decode_step_replays_its_traces_without_running_the_layers_pyth
     assert len(norms) == {"qwen3": 0, "qwen3_5": 4}[arch]
 
 
+def _texts(results: dict) -> dict[str, str]:
+    return {key: result.text for key, result in results.items()}
+
+
 def _spied_passes(monkeypatch) -> dict[str, list[int]]:
     """Tokens of each pass the compiled GatedDeltaNet ("linear") and gated attention took."""
     from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_layers
@@ -282,3 +286,33 @@ def test_a_prompt_on_mlx_lms_own_caches_keeps_its_module_code(tiny_qwen35, make_
     finally:
         shape_buckets.set_enabled(None)
     assert whole == [6] * len(model.layers)
+
+
+def test_llama_style_prompt_chunks_take_the_compiled_pass_where_shapes_are_bucketed(
+    tiny_models, make_mlx, compiling, monkeypatch
+):
+    # the whole compiled pass (compiled_step.py) also runs prompt chunks where shapes come from CUDA's
+    # buckets; the replies stay the module code's
+    from kinfer.engines.mlx import shape_buckets
+    from kinfer.engines.mlx.compiled_step import CompiledDecoder
+
+    lengths: list[int] = []
+    real = CompiledDecoder.__call__
+
+    def spy(self, inputs, views):
+        lengths.append(inputs.shape[1])
+        return real(self, inputs, views)
+
+    monkeypatch.setattr(CompiledDecoder, "__call__", spy)
+    shape_buckets.set_enabled(True)
+    try:
+        compiled = make_mlx(tiny_models["qwen3"], prefill_chunk=16)
+        plain = make_mlx(tiny_models["qwen3"], prefill_chunk=16, compiled_step=False)
+        jobs = _jobs(compiled)
+        lengths.clear()  # the load's check and warm-up aside
+        batched = run_jobs(compiled, jobs)
+        assert _texts(batched) == _texts(run_jobs(plain, jobs))
+        assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+    finally:
+        shape_buckets.set_enabled(None)
+    assert 1 in lengths and 16 in lengths
