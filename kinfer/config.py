@@ -137,8 +137,8 @@ class Settings:
     )
     mlx_compiled_step: bool = _setting(
         True,
-        "MLX: one-token passes, and on CUDA prompt chunks, as mx.compile'd functions (llama, qwen2, qwen3: "
-        "the whole pass; qwen3_5: each layer) (off: mlx-lm's module code)",
+        "MLX: one-token passes, and on CUDA one row's prompt chunks, as mx.compile'd functions "
+        "(llama, qwen2, qwen3: the whole pass; qwen3_5: each layer) (off: mlx-lm's module code)",
         group=DIAGNOSTIC,
     )
     mlx_fuse_projections: bool | None = _setting(

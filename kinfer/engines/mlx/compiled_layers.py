@@ -2,18 +2,18 @@
 for models whose whole decode pass compiled_step.py cannot take over (GatedDeltaNet layers between
 gated attention ones).
 
-Each layer's pass becomes two compiled functions around what must stay uncompiled (kinfer's state
-slots and recurrence kernel: compiled_gdn.py; the paged KV write and attention:
-compiled_gated_attn.py), the second ending in the layer's SwiGLU feed-forward side `h + mlp(norm(h))`.
-A layer whose mixer is of another shape still gets that feed-forward side compiled after mlx-lm's
-mixer code. Functions are shared by every layer of one configuration (the weights are arguments) and
-run on one-token (decode) passes, and on prompt chunks only where pass shapes come from a few buckets
-(CUDA: shape_buckets.py; elsewhere a chunk of any length would cost a trace): there a prefill pass
-beside decoding rows took ~4x a decode step, all of it host time building and encoding the module
-code's ops. A GatedDeltaNet's padded pass (rows ending early) keeps mlx-lm's masked graph. The layer
-objects get a kinfer subclass of their own class (the class itself is untouched; other models and
-mlx-lm's generators see no change). `compile_decode` picks, per model, the whole compiled pass
-(compiled_step.py) or these layers.
+Each layer's pass becomes two compiled functions around what must stay uncompiled (kinfer's state slots
+and recurrence kernel: compiled_gdn.py; the paged KV write and attention: compiled_gated_attn.py), the
+second ending in the layer's SwiGLU feed-forward side `h + mlp(norm(h))`. A layer whose mixer is of
+another shape still gets that feed-forward side compiled after mlx-lm's mixer code. Functions are shared
+by every layer of one configuration (the weights are arguments) and run on one-token (decode) passes,
+and on one row's prompt chunks where pass shapes come from a few buckets (CUDA: shape_buckets.py; the
+warm-up traces those lengths at load, where any other chunk would meet its trace while replies stream):
+there a long prompt's pass beside decoding rows took ~4x a decode step, all of it host time building and
+encoding the module code's ops. A GatedDeltaNet's padded pass (rows ending early) keeps mlx-lm's masked
+graph. The layer objects get a kinfer subclass of their own class (the class itself is untouched; other
+models and mlx-lm's generators see no change). `compile_decode` picks, per model, the whole compiled
+pass (compiled_step.py) or these layers.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ class _OutputSide:
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     side = self._kinfer_side
-    if x.shape[1] != 1 and not (shape_buckets.enabled() and isinstance(cache, (PagedKV, StateView))):
-        # a chunk of any length would cost a trace each; and a prompt run on mlx-lm's own caches (the
-        # load-time check's reference, check.py) keeps mlx-lm's code whole
+    if x.shape[1] != 1 and not (_traced_chunk(x) and isinstance(cache, (PagedKV, StateView))):
+        # a prompt run on mlx-lm's own caches (the load-time check's reference, check.py) keeps
+        # mlx-lm's code whole
         return super(type(self), self).__call__(x, mask, cache)
     if self.is_linear and side.before is not None and mask is None:  # a padded pass: the masked graph
         out = linear_decode(self, x, cache, side)
@@ -94,6 +94,13 @@ def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) ->
     mixer = self.linear_attn if self.is_linear else self.self_attn
     mixed = mixer(self.input_layernorm(x), mask, cache)
     return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
+
+
+def _traced_chunk(x: mx.array) -> bool:
+    """One row's prompt chunk of a bucketed length (CUDA): beside decoding rows the warm-up traced its
+    shape at load (up to a step's share; a longer chunk comes only while no reply streams). A burst's
+    multi-row passes come in too many shapes: each would meet its trace while replies stream."""
+    return shape_buckets.enabled() and x.shape[0] == 1
 
 
 def _side(sides: dict, eps, gate_up, down, gdn, attn, rope) -> _OutputSide:

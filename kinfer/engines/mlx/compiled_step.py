@@ -14,9 +14,9 @@ Between them, uncompiled, each layer writes its new keys and values to its paged
 is traced once per input shape (here: per row count) and replayed from C++ afterwards, with its
 elementwise chains fused into single kernels. The weights are arguments, not captured constants, so
 every layer shares one trace (a new row count costs three traces, not three per layer). On CUDA,
-where pass shapes come from a few buckets (shape_buckets.py), prompt chunks take the same functions
-(the engine's `forward`): a prefill pass is host time too, and builds ~45 % fewer primitives this way
-(scripts/probe_prefill_ops.py).
+where pass shapes come from a few buckets (shape_buckets.py), one row's prompt chunks take the same
+functions (the engine's `forward`; the warm-up traces their lengths at load): a long prompt's pass is
+host time too, and builds ~45 % fewer primitives this way (scripts/probe_prefill_ops.py).
 
 The maths is mlx-lm's own (RMSNorm, the model's own RoPE module, SwiGLU, projections fused or not by
 fuse.py, quantized or not) with fewer primitives: dense weights go in as their evaluated transposes

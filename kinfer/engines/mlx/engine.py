@@ -484,8 +484,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
-        # compiled: one position, or a prompt chunk where pass shapes are bucketed (a trace per shape)
-        decoder = self._decoder if inputs.shape[1] == 1 or self._pad_decode else None
+        # compiled: one position, or one row's prompt chunk of a length the warm-up traced (compiled_step.py)
+        decoder = self._decoder if inputs.shape[1] == 1 or (self._pad_decode and len(inputs) == 1) else None
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
             out = self._model(inputs, cache=views) if decoder is None else decoder(inputs, views)
         if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)

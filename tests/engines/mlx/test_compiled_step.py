@@ -207,16 +207,16 @@ def _texts(results: dict) -> dict[str, str]:
 
 
 def _spied_passes(monkeypatch) -> dict[str, list[int]]:
-    """Tokens of each pass the compiled GatedDeltaNet ("linear") and gated attention took."""
+    """(rows, tokens) of each pass the compiled GatedDeltaNet ("linear") and gated attention took."""
     from kinfer.engines.mlx import compiled_gated_attn, compiled_gdn, compiled_layers
 
-    passes: dict[str, list[int]] = {"linear": [], "attention": []}
+    passes: dict[str, list[tuple[int, int]]] = {"linear": [], "attention": []}
 
     def spy(kind, real):
         def call(layer, x, cache, side):
             out = real(layer, x, cache, side)
             if out is not None:
-                passes[kind].append(x.shape[1])
+                passes[kind].append(x.shape[:2])  # (rows, tokens)
             return out
 
         return call
@@ -226,6 +226,22 @@ def _spied_passes(monkeypatch) -> dict[str, list[int]]:
         compiled_layers, "attention_decode", spy("attention", compiled_gated_attn.attention_decode)
     )
     return passes
+
+
+def _with_twins(engine, monkeypatch) -> tuple[list, list[tuple[int, int]]]:
+    """`_jobs` plus two short prompts of one length (they prefill together: a pass of several rows),
+    and where the (rows, tokens) of every pass the engine runs will be recorded."""
+    short = engine.tokenize(chat("Hi"))
+    twins = [job(f"t{i}", (*short[:-3], 40 + i, *short[-2:]), max_tokens=6) for i in range(2)]
+    every: list[tuple[int, int]] = []
+    forward = type(engine).forward
+
+    def spy(self, inputs, views):
+        every.append(inputs.shape)
+        return forward(self, inputs, views)
+
+    monkeypatch.setattr(type(engine), "forward", spy)
+    return [*twins, *_jobs(engine)], every  # the twins first: they share the first step
 
 
 def test_qwen35_prompt_chunks_take_the_compiled_layers_where_shapes_are_bucketed(
@@ -239,19 +255,23 @@ def test_qwen35_prompt_chunks_take_the_compiled_layers_where_shapes_are_bucketed
     passes = _spied_passes(monkeypatch)
     shape_buckets.set_enabled(True)
     try:
-        compiled = make_mlx(tiny_qwen35, prefill_chunk=16)  # long prompts in full 16-token chunks
-        plain = make_mlx(tiny_qwen35, prefill_chunk=16, compiled_step=False)
-        jobs = _jobs(compiled)
+        compiled = make_mlx(tiny_qwen35, prefill_chunk=32)  # long prompts in 32-token chunks
+        plain = make_mlx(tiny_qwen35, prefill_chunk=32, compiled_step=False)
+        jobs, every = _with_twins(compiled, monkeypatch)
         for seen in passes.values():
             seen.clear()  # the warm-up's passes aside
         batched = run_jobs(compiled, jobs)
         assert {k: r.text for k, r in batched.items()} == {
             k: r.text for k, r in run_jobs(plain, jobs).items()
         }
-        assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+        assert run_alone(compiled, jobs[3]).text == batched[jobs[3].job_id].text
     finally:
         shape_buckets.set_enabled(None)
-    assert {1, 16} <= set(passes["linear"]) and {1, 16} <= set(passes["attention"])
+    for kind in ("linear", "attention"):
+        chunks = {shape for shape in passes[kind] if shape[1] > 1}
+        assert (1, 32) in chunks and {rows for rows, _ in chunks} == {1}, kind  # several rows: module code
+        assert any(tokens == 1 and rows > 1 for rows, tokens in passes[kind])  # decode, batched
+    assert any(rows > 1 and tokens > 1 for rows, tokens in every)  # the twins' chunks, together
 
 
 def test_without_buckets_prompt_chunks_keep_the_module_code(tiny_qwen35, make_mlx, compiling, monkeypatch):
@@ -259,7 +279,7 @@ def test_without_buckets_prompt_chunks_keep_the_module_code(tiny_qwen35, make_ml
     passes = _spied_passes(monkeypatch)
     engine = make_mlx(tiny_qwen35, prefill_chunk=16)
     run_jobs(engine, _jobs(engine)[:2])
-    assert set(passes["linear"]) == {1} and set(passes["attention"]) == {1}
+    assert passes["linear"] and all(tokens == 1 for _, tokens in passes["linear"] + passes["attention"])
 
 
 def test_a_prompt_on_mlx_lms_own_caches_keeps_its_module_code(tiny_qwen35, make_mlx, compiling, monkeypatch):
@@ -296,23 +316,26 @@ def test_llama_style_prompt_chunks_take_the_compiled_pass_where_shapes_are_bucke
     from kinfer.engines.mlx import shape_buckets
     from kinfer.engines.mlx.compiled_step import CompiledDecoder
 
-    lengths: list[int] = []
+    shapes: list[tuple[int, int]] = []  # (rows, tokens) of each pass the compiled decoder ran
     real = CompiledDecoder.__call__
 
     def spy(self, inputs, views):
-        lengths.append(inputs.shape[1])
+        shapes.append(inputs.shape)
         return real(self, inputs, views)
 
     monkeypatch.setattr(CompiledDecoder, "__call__", spy)
     shape_buckets.set_enabled(True)
     try:
-        compiled = make_mlx(tiny_models["qwen3"], prefill_chunk=16)
-        plain = make_mlx(tiny_models["qwen3"], prefill_chunk=16, compiled_step=False)
-        jobs = _jobs(compiled)
-        lengths.clear()  # the load's check and warm-up aside
+        compiled = make_mlx(tiny_models["qwen3"], prefill_chunk=32)
+        plain = make_mlx(tiny_models["qwen3"], prefill_chunk=32, compiled_step=False)
+        jobs, every = _with_twins(compiled, monkeypatch)
+        shapes.clear()  # the load's check and warm-up aside
         batched = run_jobs(compiled, jobs)
         assert _texts(batched) == _texts(run_jobs(plain, jobs))
-        assert run_alone(compiled, jobs[1]).text == batched[jobs[1].job_id].text
+        assert run_alone(compiled, jobs[3]).text == batched[jobs[3].job_id].text
     finally:
         shape_buckets.set_enabled(None)
-    assert 1 in lengths and 16 in lengths
+    chunks = {shape for shape in shapes if shape[1] > 1}
+    assert (1, 32) in chunks and {rows for rows, _ in chunks} == {1}  # several rows: the module code
+    assert any(tokens == 1 and rows > 1 for rows, tokens in shapes)
+    assert any(rows > 1 and tokens > 1 for rows, tokens in every)  # the twins' chunks, together
