@@ -15,7 +15,8 @@ So a CUDA engine runs, at load, one pass of each shape of that kind:
   joining the batch would otherwise meet that graph first: 68-96 ms steps in the seventh H200 session);
 - a one-row prefill pass at every ladder length up to a prompt's share of a step beside decoding rows
   (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
-  recurrent model both with and without a padded end (its padding mask is a different graph).
+  recurrent model both with and without a padded end (its padding mask is a different graph). These
+  also trace the compiled functions one row's chunks run through (compiled_step.py, compiled_layers.py).
 Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
 Then the decode step's work around the pass that no shape above reaches (`warm_step_ops`): rows fed
 from last step's tokens in a new order or beside host tokens, penalties' history, logprobs, a
