@@ -1,8 +1,9 @@
 """A Qwen3.5 full-attention layer's pass as two compiled functions around kinfer's paged attention.
 
 Qwen3-Next-style attention (`Qwen3NextAttention`) gates its output: q_proj yields each head's query and
-a gate; the output is `o_proj(attention * sigmoid(gate))`. On a one-token pass, and on a prompt chunk
-where pass shapes are bucketed (compiled_layers.py), this runs, with mlx-lm's maths op for op:
+a gate; the output is `o_proj(attention * sigmoid(gate))`. On a one-token pass, and on one row's
+prompt chunk where pass shapes are bucketed (compiled_layers.py decides), this runs, with mlx-lm's
+maths op for op:
 
 - `before` (compiled): input norm -> q(+gate) / k / v projections -> q/k norms -> RoPE;
 - between them, uncompiled: the paged KV write and attention (kv.PagedKV);

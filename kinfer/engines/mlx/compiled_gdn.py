@@ -1,9 +1,8 @@
 """A Qwen3.5 GatedDeltaNet layer's pass as two compiled functions around its recurrence.
 
 mlx-lm's `GatedDeltaNet.__call__` builds ~40 ops per layer and pass in Python. On a one-token pass
-(decode), and on a prompt chunk where pass shapes come from a few buckets (CUDA: shape_buckets.py, so
-each function is traced a bounded number of times) and no row is padded, this runs, with the same
-maths op for op:
+(decode), and on one row's unpadded prompt chunk where pass shapes come from a few buckets (CUDA:
+compiled_layers.py decides), this runs, with the same maths op for op:
 
 - `before` (compiled): input norm -> the input projections (fused or not, fuse.py) -> the causal
   convolution over the row's saved window and the new tokens -> SiLU -> q / k / v heads -> their L2
