@@ -79,18 +79,41 @@ def self_check_engine(engine) -> None:
 
     An architecture whose attention does not go through mlx-lm's `scaled_dot_product_attention`,
     or that does arithmetic on cache offsets that batching breaks, fails here, at load, instead of
-    producing wrong text later. A compiled decode step (compiled_step.py, compiled_layers.py) that
-    fails it gives way to mlx-lm's module code, which must then pass on its own."""
+    producing wrong text later. Compiled prompt chunks (CUDA) that fail it go back to the module code
+    first, keeping the compiled decode step; a compiled decode step (compiled_step.py,
+    compiled_layers.py) that fails it gives way to mlx-lm's module code, which must then pass alone."""
     from kinfer.engines.mlx import compiled_layers
 
     try:
         _self_check(engine)
+        return
     except EngineFailure as exc:
-        if engine._decoder is None and not compiled_layers.uninstall(engine._model):
-            raise
-        log.warning("compiled decode step off for %s: %s", engine.info.architecture, exc)
-        engine._decoder = None
-        _self_check(engine)
+        failure = exc
+    if _chunks_off(engine):
+        log.warning("compiled prompt chunks off for %s: %s", engine.info.architecture, failure)
+        try:
+            _self_check(engine)
+            return
+        except EngineFailure as exc:
+            failure = exc
+    if engine._decoder is None and not compiled_layers.uninstall(engine._model):
+        raise failure
+    log.warning("compiled decode step off for %s: %s", engine.info.architecture, failure)
+    engine._decoder = None
+    _self_check(engine)
+
+
+def _chunks_off(engine) -> bool:
+    """Prompt chunks back to the module code (compiled_step.py, compiled_layers.py); whether any were
+    compiled (CUDA's buckets)."""
+    from kinfer.engines.mlx import compiled_layers, shape_buckets
+
+    decoder = engine._decoder
+    were = decoder is not None and decoder.chunks
+    if decoder is not None:
+        decoder.chunks = False
+    were = compiled_layers.chunks_off(engine._model) or were
+    return were and shape_buckets.enabled()
 
 
 def _self_check(engine) -> None:

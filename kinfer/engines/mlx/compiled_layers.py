@@ -72,6 +72,7 @@ class _OutputSide:
             assert attn is not None
             return feed_forward(gated_out(attn, x, attended, gate, w["attn"]), w)
 
+        self.chunks = True  # one row's prompt chunks too, where shapes are bucketed (off: check.py)
         self.attn_plan, self.rope = attn, rope
         self.attn_before = None if attn is None else mx.compile(make_attn_before(attn, rope))
         self.attn_after = None if attn is None else mx.compile(attn_after)
@@ -79,7 +80,7 @@ class _OutputSide:
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     side = self._kinfer_side
-    if x.shape[1] != 1 and not (_traced_chunk(x) and isinstance(cache, (PagedKV, StateView))):
+    if x.shape[1] != 1 and not (_traced_chunk(x, side) and isinstance(cache, (PagedKV, StateView))):
         # a prompt run on mlx-lm's own caches (the load-time check's reference, check.py) keeps
         # mlx-lm's code whole
         return super(type(self), self).__call__(x, mask, cache)
@@ -96,11 +97,11 @@ def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) ->
     return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
 
 
-def _traced_chunk(x: mx.array) -> bool:
+def _traced_chunk(x: mx.array, side: _OutputSide) -> bool:
     """One row's prompt chunk of a bucketed length (CUDA): beside decoding rows the warm-up traced its
     shape at load (up to a step's share; a longer chunk comes only while no reply streams). A burst's
     multi-row passes come in too many shapes: each would meet its trace while replies stream."""
-    return shape_buckets.enabled() and x.shape[0] == 1
+    return side.chunks and shape_buckets.enabled() and x.shape[0] == 1
 
 
 def _side(sides: dict, eps, gate_up, down, gdn, attn, rope) -> _OutputSide:
@@ -154,6 +155,15 @@ def install(model: nn.Module, model_type: str) -> int:
         done += 1
     log.debug("compiled output side on %d of %d layers", done, len(model.layers))
     return done
+
+
+def chunks_off(model: nn.Module) -> bool:
+    """Prompt chunks back to the module code, one-token passes left compiled; whether any were on."""
+    sides = {id(side): side for layer in model.layers if (side := getattr(layer, "_kinfer_side", None))}
+    were = any(side.chunks for side in sides.values())
+    for side in sides.values():
+        side.chunks = False
+    return were
 
 
 def uninstall(model: nn.Module) -> int:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
+from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.fuse import FusedPart
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,7 @@ class CompiledDecoder:
         self._head_eps = backbone.norm.eps
         self.plan = plan
         mx.eval(self._layers, self._final)  # the transposed weights: views of the same memory
+        self.chunks = True  # one row's prompt chunks too, where shapes are bucketed (off: check.py)
         self._first = mx.compile(self._make_first(plan, rope))
         self._step = mx.compile(self._make_step(plan, rope))
         self._last = mx.compile(self._make_last(plan))
@@ -250,6 +252,11 @@ class CompiledDecoder:
             heads, kv_heads, scale, eps, qk_norm, qkv, out, gate_up, down, head_projection, by_heads
         )
         return CompiledDecoder(model, plan, [f[1] for f in found], layers[0].self_attn.rope)  # type: ignore[index]
+
+    def takes(self, inputs: mx.array) -> bool:
+        """Whether this pass runs here: one position, or one row's prompt chunk where the warm-up traced
+        its shape at load (CUDA's buckets; a burst's passes of several rows come in too many shapes)."""
+        return inputs.shape[1] == 1 or (self.chunks and shape_buckets.enabled() and len(inputs) == 1)
 
     def __call__(self, inputs: mx.array, views: list) -> mx.array:
         offsets = views[0].layout.offsets

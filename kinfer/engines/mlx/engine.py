@@ -484,8 +484,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
-        # compiled: one position, or one row's prompt chunk of a length the warm-up traced (compiled_step.py)
-        decoder = self._decoder if inputs.shape[1] == 1 or (self._pad_decode and len(inputs) == 1) else None
+        decoder = self._decoder if self._decoder is not None and self._decoder.takes(inputs) else None
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
             out = self._model(inputs, cache=views) if decoder is None else decoder(inputs, views)
         if self._agree is not None:  # sharded: this pass's collectives run now, in order (agree.py)

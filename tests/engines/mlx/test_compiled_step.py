@@ -15,6 +15,7 @@ import mlx.core as mx
 import pytest
 
 from kinfer.engines.mlx.graph_ops import OpCounter
+from kinfer.errors import EngineFailure
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, run_alone, run_jobs
 from tests.fixtures.tiny_mlx import build_tiny_model
@@ -338,3 +339,37 @@ def test_llama_style_prompt_chunks_take_the_compiled_pass_where_shapes_are_bucke
     assert (1, 32) in chunks and {rows for rows, _ in chunks} == {1}  # several rows: the module code
     assert any(tokens == 1 and rows > 1 for rows, tokens in shapes)
     assert any(rows > 1 and tokens > 1 for rows, tokens in every)  # the twins' chunks, together
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_compiled_chunks_failing_the_load_check_leave_the_compiled_decode_step(
+    arch, tiny_models, make_mlx, compiling, monkeypatch
+):
+    # the load-time check (check.py) runs prompt chunks too: should the compiled ones fail it on some
+    # GPU, they go back to the module code first, and one-token passes stay compiled
+    from kinfer.engines.mlx import check, shape_buckets
+
+    def compiled_chunks(engine) -> bool:
+        if engine._decoder is not None:
+            return engine._decoder.chunks
+        return any(layer._kinfer_side.chunks for layer in engine._model.layers)
+
+    real = check.check_engine_layers
+
+    def failing_with_compiled_chunks(engine):
+        if compiled_chunks(engine):
+            raise EngineFailure("logits differ")
+        real(engine)
+
+    monkeypatch.setattr(check, "check_engine_layers", failing_with_compiled_chunks)
+    shape_buckets.set_enabled(True)
+    try:
+        engine = make_mlx(tiny_models[arch], warm_up=False)
+    finally:
+        shape_buckets.set_enabled(None)
+    assert not compiled_chunks(engine)
+    compiled_decode = engine._decoder is not None or all(
+        type(layer).__name__ == "CompiledDecoderLayer" for layer in engine._model.layers
+    )
+    assert compiled_decode
+    assert run_alone(engine, _jobs(engine)[0]).new_tokens > 0
