@@ -108,12 +108,13 @@ def _chunks_off(engine) -> bool:
     compiled (CUDA's buckets)."""
     from kinfer.engines.mlx import compiled_layers, shape_buckets
 
+    if not shape_buckets.enabled():
+        return False  # no chunk ran compiled
     decoder = engine._decoder
     were = decoder is not None and decoder.chunks
     if decoder is not None:
         decoder.chunks = False
-    were = compiled_layers.chunks_off(engine._model) or were
-    return were and shape_buckets.enabled()
+    return compiled_layers.chunks_off(engine._model) or were
 
 
 def _self_check(engine) -> None:

@@ -80,9 +80,7 @@ class _OutputSide:
 
 def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) -> mx.array:
     side = self._kinfer_side
-    if x.shape[1] != 1 and not (_traced_chunk(x, side) and isinstance(cache, (PagedKV, StateView))):
-        # a prompt run on mlx-lm's own caches (the load-time check's reference, check.py) keeps
-        # mlx-lm's code whole
+    if x.shape[1] != 1 and not _compiled_chunk(x, cache, side):
         return super(type(self), self).__call__(x, mask, cache)
     if self.is_linear and side.before is not None and mask is None:  # a padded pass: the masked graph
         out = linear_decode(self, x, cache, side)
@@ -97,11 +95,11 @@ def _decode_call(self, x: mx.array, mask: mx.array | None = None, cache=None) ->
     return self._kinfer_side.call(x, mixed, self._kinfer_arrays)
 
 
-def _traced_chunk(x: mx.array, side: _OutputSide) -> bool:
-    """One row's prompt chunk of a bucketed length (CUDA): beside decoding rows the warm-up traced its
-    shape at load (up to a step's share; a longer chunk comes only while no reply streams). A burst's
-    multi-row passes come in too many shapes: each would meet its trace while replies stream."""
-    return side.chunks and shape_buckets.enabled() and x.shape[0] == 1
+def _compiled_chunk(x: mx.array, cache, side: _OutputSide) -> bool:
+    """A prompt chunk that runs the compiled functions: one `shape_buckets.compiled_chunk` allows, on
+    kinfer's caches (a prompt on mlx-lm's own, the load-time check's reference, keeps mlx-lm's code)."""
+    kinfers = isinstance(cache, (PagedKV, StateView))
+    return kinfers and side.chunks and shape_buckets.compiled_chunk(x.shape[0])
 
 
 def _side(sides: dict, eps, gate_up, down, gdn, attn, rope) -> _OutputSide:

@@ -254,9 +254,8 @@ class CompiledDecoder:
         return CompiledDecoder(model, plan, [f[1] for f in found], layers[0].self_attn.rope)  # type: ignore[index]
 
     def takes(self, inputs: mx.array) -> bool:
-        """Whether this pass runs here: one position, or one row's prompt chunk where the warm-up traced
-        its shape at load (CUDA's buckets; a burst's passes of several rows come in too many shapes)."""
-        return inputs.shape[1] == 1 or (self.chunks and shape_buckets.enabled() and len(inputs) == 1)
+        """Whether this pass runs here: one position, or a chunk `shape_buckets.compiled_chunk` allows."""
+        return inputs.shape[1] == 1 or (self.chunks and shape_buckets.compiled_chunk(len(inputs)))
 
     def __call__(self, inputs: mx.array, views: list) -> mx.array:
         offsets = views[0].layout.offsets

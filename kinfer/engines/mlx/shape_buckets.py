@@ -58,6 +58,14 @@ def bucket_floor(n: int) -> int:
     return n // step * step
 
 
+def compiled_chunk(rows: int) -> bool:
+    """Whether a prompt chunk of `rows` rows may run the compiled layers (compiled_step.py,
+    compiled_layers.py): with the buckets, one row's, whose ladder lengths the warm-up traces at load. A
+    burst's passes of several rows come in too many shapes: each would meet its trace while replies
+    stream. Without the buckets a chunk of any length would cost a trace each: none."""
+    return enabled() and rows == 1
+
+
 def row_bucket(n: int) -> int:
     """Rows of a prefill pass: the next power of two."""
     return 1 << (n - 1).bit_length() if n > 1 else 1
