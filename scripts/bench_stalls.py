@@ -126,10 +126,13 @@ def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: Prompt
     time.sleep(AFTER_FIRST_S)
     for row in rows:
         row.stop.set()
+    # gaps that end after the prompt was sent (one that spans its arrival counts whole), not before:
+    # the rows' own prompts joining before it are not its stall
     window = [
         (g, end - arrived)
         for row in rows
-        for g, end in gap_ends([t for t in row.times if arrived - 1 < t <= first + AFTER_FIRST_S])
+        for g, end in gap_ends(row.times)
+        if arrived < end <= first + AFTER_FIRST_S
     ]
     before = [g for row in rows for g, _ in gap_ends([t for t in row.times if t < arrived])]
     largest = max(window)

@@ -53,7 +53,7 @@ from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
 from kinfer.engines.mlx.tokenizer import MlxTokenizer
 from kinfer.engines.mlx.warm_up import warm_shapes
 from kinfer.engines.mlx.warm_up import warm_up as run_warm_up
-from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE, PrefillBudget, StepClock
+from kinfer.engines.prefill_budget import PrefillBudget, StepClock
 from kinfer.errors import Busy, EngineFailure, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -208,11 +208,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         if self_check:
             self_check_engine(self)  # a batched-cache mismatch fails here, at load
         if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
-            # no chunk is longer than a row's context (a small --ctx would otherwise overrun its table)
-            chunks_up_to = min(UNTIMED_BESIDE_DECODE, self.plan.ctx)
-            shapes = warm_shapes(
-                self.plan.rows, recurrent=bool(recurrent), prefill_up_to=chunks_up_to, split=fused_decode
-            )
+            rows, ctx = self.plan.rows, self.plan.ctx
+            shapes = warm_shapes(rows, recurrent=bool(recurrent), split=fused_decode, ctx=ctx)
             run_warm_up(shapes, self._scratch_pass(), self._batch.vocab)
             reset_row(recurrent, self.plan.rows)  # the warm-up's passes ran the scratch slot as a row
         self._peaks.restart()

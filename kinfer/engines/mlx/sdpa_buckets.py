@@ -13,9 +13,14 @@ power of two, query and key lengths to `shape_buckets.bucket` (a quarter octave:
 sizes per doubling). Padded keys are masked out and padded queries / rows are sliced off, so the real
 rows' results are the same attention over the same keys. Up to `attention_ops.SHORT_CONTEXT` keys the
 padded call runs as MLX's own ops instead of cuDNN (no plan per shape at all); past it, cuDNN's flash
-attention, with its plan per (bucketed) shape. Masks become explicit boolean arrays whenever
-padding would move a causal mask's diagonal. Decode attention does not come here (kinfer's paged decode
-kernel has no per-shape cost; the engine pads the decode pass's rows: `shape_buckets.decode_rows`).
+attention, with its plan per (bucketed) shape, and queries padded to at least `LONG_CONTEXT_QUERIES`:
+a long prompt's chunks beside decoding rows are that long, its last one shorter, so past
+`SHORT_CONTEXT` a chunk meets one plan per key bucket, which the warm-up builds at load (warm_up.py).
+Left to serving, qwen3-0.6b's 30,000-token prompt beside 16 streaming rows (H200) met cuDNN's first
+plan at 4,096 keys in a 780 ms step and each later key bucket in a 75-100 ms one (median step 5.8 ms).
+Masks become explicit boolean arrays whenever padding would move a causal mask's diagonal. Decode
+attention does not come here (kinfer's paged decode kernel has no per-shape cost; the engine pads the
+decode pass's rows: `shape_buckets.decode_rows`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import mlx.core as mx
 
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT, attention_ops
 from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
+from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
+
+LONG_CONTEXT_QUERIES = UNTIMED_BESIDE_DECODE  # past SHORT_CONTEXT keys, the least padded query length
 
 
 def bucketed_sdpa(
@@ -51,6 +59,8 @@ def bucketed_sdpa(
     rows, q_len = row_bucket(batch), bucket(length)
     square_causal = isinstance(mask, str) and length == context
     k_len = q_len if square_causal else bucket(context)
+    if k_len > SHORT_CONTEXT and not square_causal:
+        q_len = max(q_len, LONG_CONTEXT_QUERIES)  # one query length past it: the warm-up's
     if (rows, q_len, k_len) == (batch, length, context):
         return _sdpa(queries, keys, values, scale, mask, sinks)
     q = _pad(queries, rows, q_len)

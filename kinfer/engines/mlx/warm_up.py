@@ -45,10 +45,12 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx.kv import PassLayout
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
+from kinfer.engines.mlx.kv import BLOCK, PassLayout
 from kinfer.engines.mlx.logits import LogprobRows, bias_table, with_bias
 from kinfer.engines.mlx.rows import feed_tokens
 from kinfer.engines.mlx.sampling import PENALTY_WINDOW_MAX, make_batch, mask_logits, push_history, sample
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, decode_rows
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 from kinfer.protocol import Sampling
@@ -66,6 +68,7 @@ class WarmShape:
     padded: bool = False
     splits: int = 1  # a decode pass's least split of each row's positions (split_decode.py)
     sampled: bool = False  # a decode pass drawing its tokens with the default sampling parameters
+    context: int = 0  # a prefill pass's positions before its chunk (the keys it attends to beyond it)
 
     @property
     def decode(self) -> bool:
@@ -73,11 +76,20 @@ class WarmShape:
 
 
 def warm_shapes(
-    slots: int, *, recurrent: bool, prefill_up_to: int = UNTIMED_BESIDE_DECODE, split: bool = False
+    slots: int,
+    *,
+    recurrent: bool,
+    prefill_up_to: int = UNTIMED_BESIDE_DECODE,
+    split: bool = False,
+    ctx: int | None = None,
 ) -> list[WarmShape]:
     """The shapes an engine of `slots` rows runs at load: every decode row count (greedy, sampled,
-    and split where `split`: the fused decode kernel serves it), then one-row prefill lengths of the
-    ladder up to `prefill_up_to`."""
+    and split where `split`: the fused decode kernel serves it), one-row prefill lengths of the
+    ladder up to `prefill_up_to` (no longer than a row of `ctx` tokens holds: a small --ctx would
+    overrun its table), then a chunk of that share at every key bucket past `SHORT_CONTEXT` that such
+    a row reaches (cuDNN's plan per attention shape)."""
+    if ctx is not None:
+        prefill_up_to = min(prefill_up_to, ctx)
     decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
     lengths = sorted({bucket(n) for n in range(MIN_BUCKET, prefill_up_to + 1)})
     shapes = [WarmShape(rows, 1) for rows in decode]
@@ -88,7 +100,22 @@ def warm_shapes(
         shapes.append(WarmShape(1, length))
         if recurrent:
             shapes.append(WarmShape(1, length, padded=True))
+    if prefill_up_to >= LONG_CONTEXT_QUERIES:
+        long = LONG_CONTEXT_QUERIES
+        shapes += [WarmShape(1, long, context=end - long) for end in long_ends(ctx or 0)]
     return shapes
+
+
+def long_ends(ctx: int) -> list[int]:
+    """A chunk's end (its keys, whole KV blocks) in each key bucket past SHORT_CONTEXT up to `ctx`'s:
+    one block short of the bucket where a row holds that much, so the keys are padded as serving's
+    usually are."""
+    ends = []
+    size = bucket(SHORT_CONTEXT + 1)
+    while size <= bucket(ctx):
+        ends.append(min(size - BLOCK, ctx // BLOCK * BLOCK))
+        size = bucket(size + 1)
+    return ends
 
 
 @dataclass(frozen=True)
@@ -106,8 +133,9 @@ class ScratchPass:
 def run_shape(shape: WarmShape, engine: ScratchPass) -> mx.Dtype | None:
     """One pass of `shape` on the scratch slot, waited for; its tokens are dropped. Returns the
     logits' dtype of a decode pass."""
-    table = np.repeat(engine.table(shape.length)[None, :], shape.rows, axis=0)
-    layout = PassLayout(table, np.zeros(shape.rows, dtype=np.int64), shape.length, decode=shape.decode)
+    table = np.repeat(engine.table(shape.context + shape.length)[None, :], shape.rows, axis=0)
+    starts = np.full(shape.rows, shape.context, dtype=np.int64)
+    layout = PassLayout(table, starts, shape.length, decode=shape.decode)
     layout.min_splits = shape.splits
     state_rows = np.full(shape.rows, engine.scratch, dtype=np.int64)
     lengths = mx.array([shape.length - 1]) if shape.padded else None

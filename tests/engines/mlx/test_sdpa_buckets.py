@@ -7,8 +7,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import shape_buckets
-from kinfer.engines.mlx.sdpa_buckets import bucketed_sdpa
+from kinfer.engines.mlx import sdpa_buckets, shape_buckets
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES, bucketed_sdpa
 from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor, row_bucket
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
@@ -61,6 +62,22 @@ def test_padded_attention_equals_the_unpadded(batch, length, context, mask):
     q, k, v = attention(batch, length, context)
     got = bucketed_sdpa(q, k, v, 0.25, mask, None)
     assert got.shape == (batch, HEADS, length, DIM)
+    assert mx.allclose(got, plain(q, k, v, mask), atol=ATOL).item()
+
+
+@pytest.mark.parametrize("mask", ["causal", "array"])
+def test_past_the_short_context_a_short_chunk_pads_to_a_long_chunk_and_keeps_its_attention(mask):
+    # a long prompt's last chunk: past SHORT_CONTEXT keys queries pad to the chunk the warm-up plans for
+    length, context = 20, SHORT_CONTEXT + 300
+    q, k, v = attention(1, length, context, seed=5)
+    if mask == "array":
+        mask = mx.array(np.arange(context)[None, :] <= np.arange(length)[:, None] + context - length)
+    seen = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdpa_buckets, "_sdpa", lambda q, k, *rest: seen.append((q.shape[2], k.shape[2])) or q)
+        bucketed_sdpa(q, k, v, 0.25, mask, None)
+    assert seen == [(LONG_CONTEXT_QUERIES, bucket(context))]
+    got = bucketed_sdpa(q, k, v, 0.25, mask, None)
     assert mx.allclose(got, plain(q, k, v, mask), atol=ATOL).item()
 
 

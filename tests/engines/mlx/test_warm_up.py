@@ -5,12 +5,19 @@ must not notice (same greedy tokens as mlx-lm, every block given back)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import shape_buckets, warm_up
-from kinfer.engines.mlx.shape_buckets import decode_rows
+from kinfer.engines.mlx import sdpa_buckets, shape_buckets, warm_up
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
+from kinfer.engines.mlx.kv import BLOCK
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
+from kinfer.engines.mlx.shape_buckets import bucket, decode_rows
 from kinfer.engines.mlx.warm_up import ScratchPass, WarmShape, run_shape, warm_shapes, warm_step_ops
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
@@ -44,6 +51,64 @@ def test_a_long_prompts_one_row_chunks_are_warmed_up_to_its_share_beside_decodin
     lengths = [s.length for s in warm_shapes(16, recurrent=False) if not s.decode]
     assert lengths[0] == 16 and lengths[-1] == 256  # a chunk of the share, its last shorter one
     assert {shape_buckets.bucket(n) for n in range(1, 257)} <= set(lengths)
+
+
+def test_rows_that_reach_past_the_short_context_warm_a_chunk_at_every_key_bucket_they_reach():
+    # cuDNN plans one graph per attention shape: past SHORT_CONTEXT keys each new key bucket met while
+    # rows streamed cost a 75-780 ms step on the H200 (sdpa_buckets.py)
+    long = [s for s in warm_shapes(16, recurrent=True, ctx=40960) if s.context]
+    ends = [s.context + s.length for s in long]
+    assert all(s.length == LONG_CONTEXT_QUERIES and not s.padded and s.rows == 1 for s in long)
+    assert [bucket(end) for end in ends] == sorted({bucket(n) for n in range(SHORT_CONTEXT + 1, 40961)})
+    assert all(end <= 40960 and end % BLOCK == 0 for end in ends)  # whole blocks, inside a row
+    assert not [s for s in warm_shapes(16, recurrent=False, ctx=SHORT_CONTEXT) if s.context]
+
+
+def trained_longer(path: Path, tmp_path: Path) -> Path:
+    """A copy of a tiny model trained for 8,192 positions (their own configs say 4,096)."""
+    longer = tmp_path / f"long-{path.name}"
+    shutil.copytree(path, longer)
+    config = json.loads((longer / "config.json").read_text())
+    for part in (config, config.get("text_config", {})):
+        part["max_position_embeddings"] = 8192
+    (longer / "config.json").write_text(json.dumps(config))
+    return longer
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_rows_served_after_a_warm_up_past_the_short_context_read_mlx_lms_tokens(
+    arch, tiny_models, tmp_path, make_mlx, padded
+):
+    path = trained_longer(tiny_models[arch], tmp_path)
+    engine = make_mlx(path, rows=3, ctx=6000)
+    assert engine._alloc.used == 1  # the long passes' borrowed blocks all given back
+    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS[:2]]
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])
+    for i, prompt in enumerate(prompts):
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
+
+
+def test_serving_past_the_short_context_meets_only_attention_shapes_the_warm_up_ran(
+    tiny_qwen3, tmp_path, make_mlx, padded, monkeypatch
+):
+    shapes: set[tuple[int, int]] = set()
+    real = sdpa_buckets._sdpa
+
+    def recording(q, k, *rest):
+        if k.shape[2] > SHORT_CONTEXT:
+            shapes.add((q.shape[2], k.shape[2]))
+        return real(q, k, *rest)
+
+    monkeypatch.setattr(sdpa_buckets, "_sdpa", recording)
+    make_mlx(trained_longer(tiny_qwen3, tmp_path), rows=2, ctx=6000)
+    warmed, shapes = set(shapes), set()
+    assert warmed  # the rows reach 6,000 keys: two key buckets past 4,096
+    for length in (1, 20, 100, LONG_CONTEXT_QUERIES):  # a long prompt's chunks and its last one
+        for context in range(SHORT_CONTEXT + 1, 6001, 97):
+            q = mx.zeros((1, 2, length, 16))
+            k = v = mx.zeros((1, 2, context, 16))
+            sdpa_buckets.bucketed_sdpa(q, k, v, 0.25, mx.ones((1, 1, length, context), dtype=mx.bool_), None)
+    assert shapes and shapes <= warmed
 
 
 def test_a_recurrent_model_warms_its_padded_chunks_too():
