@@ -8,7 +8,8 @@ two servers differ by more than that change (the H200 host's speed swings from p
 so here one engine does both: `--rows` rows decode (128-token prompts, greedy, EOS ignored), then a
 `--prompt`-token prompt arrives, and every `--block` steps its chunks switch between the compiled
 functions and the module code (the switch `check.py` turns off on a failed load check). Every step is
-timed by phase (step_timer.py). Printed per mode: the median step with prompt tokens and the median
+timed by phase (step_timer.py). Printed per mode: the median step with `--min-chunk` or more prompt
+tokens (a long prompt's steady chunks on CUDA; its first and last are shorter) and the median
 decode-only step after the prompt ended (a control: the switch does not touch it), and their ratio.
 """
 
@@ -46,12 +47,12 @@ def timed_step(engine: MlxEngine, timer: StepTimer, mode: str) -> dict:
     return step | {"mode": mode, "prefill": engine._step_prefill, "decoding": decoding}
 
 
-def summary(steps: list[dict], mode: str) -> dict:
+def summary(steps: list[dict], mode: str, min_chunk: int) -> dict:
     def median(rows: list[dict], key: str = "total") -> float | None:
         return round(statistics.median(s[key] for s in rows), 2) if rows else None
 
     mine = [s for s in steps if s["mode"] == mode]
-    chunk = [s for s in mine if s["prefill"] >= 128 and s["decoding"]]
+    chunk = [s for s in mine if s["prefill"] >= min_chunk and s["decoding"]]
     decode = [s for s in mine if not s["prefill"] and s["decoding"]]
     out = {
         "chunk_steps": len(chunk),
@@ -77,6 +78,7 @@ def main() -> int:
     parser.add_argument("--block", type=int, default=8, help="steps per mode before switching")
     parser.add_argument("--rounds", type=int, default=2, help="long prompts, one after the other")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--min-chunk", type=int, default=128, help="prompt tokens a chunk step counts from")
     parser.add_argument("--buckets", action="store_true", help="CUDA's shape buckets on a CPU (a smoke run)")
     args = parser.parse_args()
     if args.buckets:
@@ -115,7 +117,7 @@ def main() -> int:
             steps.append(timed_step(engine, timer, mode))
     set_chunks(engine, True)
     engine.close()
-    result = {mode: summary(steps, mode) for mode in modes}
+    result = {mode: summary(steps, mode, args.min_chunk) for mode in modes}
     for mode, cells in result.items():
         print(mode, json.dumps(cells), flush=True)
     if args.json:
