@@ -147,10 +147,12 @@ def one_run(url: str, model: str | None, args: argparse.Namespace, sizer: Prompt
     }
 
 
-def check_rows(url: str, needed: int) -> None:
+def check_rows(url: str, model: str | None, needed: int) -> None:
     """Stop unless the loaded model holds a row for every stream and the long prompt: with one fewer
     (a memory budget that holds fewer rows of --ctx than asked) the prompt waits for a row to end, and
     the run measures the queue, not a stall (seen on the H200: qwen3-0.6b at --ctx 40960 held 16)."""
+    # the model loads with its first request (a later run reuses the first one's calibration)
+    httpx.post(url + "/v1/chat/completions", json=chat(model, STORY, 1) | {"stream": False}, timeout=600)
     metrics = httpx.get(url + "/metrics", timeout=60).text
     found = re.search(r"^kinfer_rows_total\{[^}]*\} ([0-9.]+)$", metrics, re.M)
     if found is None or int(float(found.group(1))) < needed:
@@ -177,7 +179,7 @@ def run_tree(label: str, tree: Path, args: argparse.Namespace, sizer: PromptSize
     ) as server:
         url, model = server.target.url, server.target.model
         sizer = sizer or calibrate(url, model)
-        check_rows(url, args.rows + 1)
+        check_rows(url, model, args.rows + 1)
         result = one_run(url, model, args, sizer, seed)
     result.update(tree=label, path=str(tree), load_before=load_before, load_after=os.getloadavg())
     return result, sizer

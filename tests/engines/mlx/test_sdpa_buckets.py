@@ -81,6 +81,18 @@ def test_past_the_short_context_a_short_chunk_pads_to_a_long_chunk_and_keeps_its
     assert mx.allclose(got, plain(q, k, v, mask), atol=ATOL).item()
 
 
+def test_past_the_short_context_a_full_chunks_queries_reach_cudnn_as_a_copy_like_a_padded_ones():
+    # cuDNN keys its plan on the queries' strides: a projection's transposed view and a padded copy
+    # would be two plans for one shape, and the warm-up builds one
+    _, k, v = attention(1, LONG_CONTEXT_QUERIES, bucket(SHORT_CONTEXT + 1), seed=6)
+    view = mx.zeros((1, LONG_CONTEXT_QUERIES, HEADS, DIM)).transpose(0, 2, 1, 3)  # as projections give
+    passed = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdpa_buckets, "_sdpa", lambda q, *rest: passed.append(q) or q)
+        bucketed_sdpa(view, k, v, 0.25, "causal", None)
+    assert passed[0] is not view and passed[0].shape == view.shape
+
+
 def test_a_per_row_mask_and_sinks_survive_the_padding():
     batch, length, context = 3, 10, 70
     q, k, v = attention(batch, length, context, seed=1)
