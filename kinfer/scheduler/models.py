@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from kinfer.config import Settings
 from kinfer.errors import Busy, EngineFailure, KinferError, ModelNotFound
+from kinfer.scheduler import heap
 from kinfer.scheduler.jobs import Shutdown
 from kinfer.scheduler.records import EngineFactory, IsPresent, LoadedModel, ModelRef, model_key
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
@@ -172,6 +173,7 @@ class ModelPool:
             )
             self.models[key] = loaded
             self.arm_keep_alive(loaded)  # owned from now on, whether or not its requester stayed
+            heap.settle()  # what the load left alive, out of the collector's full passes (heap.py)
         finally:
             self.loading.pop(key, None)
             self._loading_as.pop(key, None)
@@ -185,7 +187,10 @@ class ModelPool:
         if loaded is None:
             return False
         await asyncio.to_thread(loaded.worker.stop)
-        log.info("unloaded %s", " = ".join(loaded.names))
+        names = " = ".join(loaded.names)
+        del loaded
+        heap.settle()  # the model's own cycles collected, not left frozen
+        log.info("unloaded %s", names)
         return True
 
     async def unload_when_idle(self, key: str) -> bool:

@@ -7,8 +7,9 @@ One line per step slower than KINFER_STEP_SLOW seconds (default 0.08; 0: every s
 step's ms, prompt positions prefilled, rows decoding and filling, and the step timer's phases (build,
 launch, wait, other; kinfer/engines/mlx/step_timer.py). KINFER_STEP_PROFILE=1 adds a cProfile of each
 slow step, KINFER_STEP_MEMORY=1 the memory account's parts in MB. scripts/trace_ttft.py reads such a
-log beside its own request timeline. This is how the H200's burst steps were found to spend
-100-300 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
+log beside its own request timeline. KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage
+collection of the process, with its pid and milliseconds. This is how the H200's burst steps were
+found to spend 100-300 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -79,5 +80,26 @@ def _install_once_imported() -> None:
         time.sleep(0.02)
 
 
+def _log_collections(path: str) -> None:
+    """One line per garbage collection: its generation, milliseconds, and for a full one the objects
+    the collector tracks after it (scheduler/heap.py freezes what a load leaves alive)."""
+    import gc
+
+    out = open(path, "a", buffering=1)  # noqa: SIM115  (lives as long as the process)
+    began = [0.0]
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        gen, ms = info["generation"], (time.perf_counter() - began[0]) * 1000
+        tracked = len(gc.get_objects()) if gen == 2 else 0
+        out.write(f"{time.time():.3f} pid={os.getpid()} gen={gen} ms={ms:.2f} tracked={tracked}\n")
+
+    gc.callbacks.append(note)
+
+
 if os.environ.get("KINFER_STEP_HOOK"):
     threading.Thread(target=_install_once_imported, daemon=True).start()
+if os.environ.get("KINFER_GC_LOG"):
+    _log_collections(os.environ["KINFER_GC_LOG"])
