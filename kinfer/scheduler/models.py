@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from kinfer.config import Settings
 from kinfer.errors import Busy, EngineFailure, KinferError, ModelNotFound
-from kinfer.scheduler import heap
+from kinfer.scheduler.heap import settle as settle_heap
 from kinfer.scheduler.jobs import Shutdown
 from kinfer.scheduler.records import EngineFactory, IsPresent, LoadedModel, ModelRef, model_key
 from kinfer.scheduler.worker import EngineWorker, WorkerCallbacks
@@ -173,7 +173,7 @@ class ModelPool:
             )
             self.models[key] = loaded
             self.arm_keep_alive(loaded)  # owned from now on, whether or not its requester stayed
-            heap.settle()  # what the load left alive, out of the collector's full passes (heap.py)
+            settle_heap()  # what the load left alive, out of the collector's full passes (heap.py)
         finally:
             self.loading.pop(key, None)
             self._loading_as.pop(key, None)
@@ -189,7 +189,7 @@ class ModelPool:
         await asyncio.to_thread(loaded.worker.stop)
         names = " = ".join(loaded.names)
         del loaded
-        heap.settle()  # the model's own cycles collected, not left frozen
+        settle_heap()  # the model's own cycles collected, not left frozen
         log.info("unloaded %s", names)
         return True
 
