@@ -25,19 +25,10 @@ from pathlib import Path
 
 from kinfer.engines.base import GenerationJob  # kinfer first: it picks MLX's BLAS on a CPU
 from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.check import set_compiled_chunks
 from kinfer.engines.mlx.engine import MlxEngine
 from kinfer.engines.mlx.step_timer import StepTimer
 from kinfer.protocol import Sampling
-
-
-def set_chunks(engine: MlxEngine, on: bool) -> None:
-    """Compiled prompt chunks on or off, decode untouched (the flags check._chunks_off clears)."""
-    if engine._decoder is not None:
-        engine._decoder.chunks = on
-    for layer in engine._model.layers:
-        side = getattr(layer, "_kinfer_side", None)
-        if side is not None:
-            side.chunks = on
 
 
 def timed_step(engine: MlxEngine, timer: StepTimer, mode: str) -> dict:
@@ -108,14 +99,14 @@ def main() -> int:
         n = 0
         while any(key[0] == f"long{k}" for key in engine._rows):
             mode = modes[(n // args.block + k) % 2]
-            set_chunks(engine, mode == "compiled")
+            set_compiled_chunks(engine, mode == "compiled")
             steps.append(timed_step(engine, timer, mode))
             n += 1
         for n in range(4 * args.block):  # the control: decode-only steps, the switch flipping alike
             mode = modes[(n // args.block) % 2]
-            set_chunks(engine, mode == "compiled")
+            set_compiled_chunks(engine, mode == "compiled")
             steps.append(timed_step(engine, timer, mode))
-    set_chunks(engine, True)
+    set_compiled_chunks(engine, True)
     engine.close()
     result = {mode: summary(steps, mode, args.min_chunk) for mode in modes}
     for mode, cells in result.items():

@@ -15,14 +15,11 @@ tens of milliseconds, at a load or an unload, not mid-stream.
 from __future__ import annotations
 
 import gc
-import threading
-
-_settling = threading.Lock()
 
 
 def settle() -> None:
-    """Collect what is garbage now and freeze what is left (see the module doc)."""
-    with _settling:
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
+    """Collect what is garbage now and freeze what is left (see the module doc). Called on the event
+    loop, after a load and after an unload."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()

@@ -104,17 +104,22 @@ def self_check_engine(engine) -> None:
 
 
 def _chunks_off(engine) -> bool:
-    """Prompt chunks back to the module code (compiled_step.py, compiled_layers.py); whether any were
-    compiled (CUDA's buckets)."""
-    from kinfer.engines.mlx import compiled_layers, shape_buckets
+    """Prompt chunks back to the module code; whether any were compiled (CUDA's buckets)."""
+    from kinfer.engines.mlx import shape_buckets
 
-    if not shape_buckets.enabled():
-        return False  # no chunk ran compiled
+    return shape_buckets.enabled() and set_compiled_chunks(engine, False)  # without buckets none ran
+
+
+def set_compiled_chunks(engine, on: bool) -> bool:
+    """One row's prompt chunks through the compiled pass or layers (`on`) or the module code, the
+    compiled decode step untouched (compiled_step.py, compiled_layers.py); whether any were on."""
+    from kinfer.engines.mlx import compiled_layers
+
     decoder = engine._decoder
     were = decoder is not None and decoder.chunks
     if decoder is not None:
-        decoder.chunks = False
-    return compiled_layers.chunks_off(engine._model) or were
+        decoder.chunks = on
+    return compiled_layers.set_chunks(engine._model, on) or were
 
 
 def _self_check(engine) -> None:

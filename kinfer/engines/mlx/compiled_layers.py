@@ -155,12 +155,13 @@ def install(model: nn.Module, model_type: str) -> int:
     return done
 
 
-def chunks_off(model: nn.Module) -> bool:
-    """Prompt chunks back to the module code, one-token passes left compiled; whether any were on."""
+def set_chunks(model: nn.Module, on: bool) -> bool:
+    """One row's prompt chunks through the compiled functions (`on`) or the module code, one-token
+    passes left compiled either way; whether any were on."""
     sides = {id(side): side for layer in model.layers if (side := getattr(layer, "_kinfer_side", None))}
     were = any(side.chunks for side in sides.values())
     for side in sides.values():
-        side.chunks = False
+        side.chunks = on
     return were
 
 

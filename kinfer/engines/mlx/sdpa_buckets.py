@@ -61,9 +61,8 @@ def bucketed_sdpa(
     k_len = q_len if square_causal else bucket(context)
     if k_len > SHORT_CONTEXT and not square_causal:
         q_len = max(q_len, LONG_CONTEXT_QUERIES)  # one query length past it: the warm-up's
-        # and one layout: cuDNN's plan is keyed on strides too, and a full chunk's queries (a transposed
-        # view of the projection) would otherwise not share the plan of a padded (contiguous) last one
-        queries = mx.contiguous(queries)
+        if q_len == length:  # and one layout: cuDNN keys its plan on strides too; a padded chunk's
+            queries = mx.contiguous(queries)  # queries are a copy already, a full one's a transposed view
     if (rows, q_len, k_len) == (batch, length, context):
         return _sdpa(queries, keys, values, scale, mask, sinks)
     q = _pad(queries, rows, q_len)
