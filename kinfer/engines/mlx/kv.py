@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx import sdpa_buckets, shape_buckets
+from kinfer.engines.mlx import long_context, sdpa_buckets, shape_buckets
 from kinfer.engines.mlx.hooks import reroute
 from kinfer.engines.mlx.kernels import fused_decode_available, launch_for, paged_decode_attention
 from kinfer.engines.mlx.split_decode import split_decode_attention, splits_for
@@ -342,6 +342,8 @@ class PagedKV:
         if not layout.starts.any() and (window is None or window >= length):
             # fresh rows: the new keys are the whole context
             return _sdpa(queries, keys, values, scale, "causal", sinks)
+        if long_context.takes_long_path(layout.batch, int(layout.starts[0] + length)):
+            return self._attend_prefill_long(queries, scale, sinks)
         if layout.batch > 1 and layout.batch * int(layout.starts.max() + length) <= GATHER_LIMIT:
             return self._attend_prefill_batched(queries, scale, sinks)
         outputs = []
@@ -362,6 +364,23 @@ class PagedKV:
                 mask = built[key] = create_causal_mask(length, start, window_size=window)
             outputs.append(_sdpa(queries[i : i + 1], k, v, scale, mask, sinks, built, key))
         return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=0)
+
+    def _attend_prefill_long(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
+        """One row's chunk past SHORT_CONTEXT keys on CUDA: K/V taken in cuDNN's layout (long_context.py)."""
+        layout, layer = self.layout, self.layer
+        start, length = int(layout.starts[0]), layout.length
+        built = layout.prefill_inputs
+        end, heads = start + length, layer.heads
+        rows = built.get(("long rows", heads))
+        if rows is None:
+            blocks = layout.row_blocks(0, end)
+            rows = built["long rows", heads] = long_context.pool_rows(blocks, heads, BLOCK, end)
+        key = ("long", layer.window)
+        mask = built.get(key)
+        if mask is None:
+            mask = built[key] = long_context.long_mask(start, length, layer.window)
+        keys, values = (long_context.gathered(pool, rows, heads) for pool in (layer.keys, layer.values))
+        return _sdpa(queries, keys, values, scale, mask, sinks, built, key)
 
     def _attend_prefill_batched(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
         """Continued chunks of several rows in one attention call (a call per row costs the host a

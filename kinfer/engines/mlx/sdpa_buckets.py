@@ -18,7 +18,12 @@ a long prompt's chunks beside decoding rows are that long, its last one shorter,
 `SHORT_CONTEXT` a chunk meets one plan per key bucket, which the warm-up builds at load (warm_up.py).
 Left to serving, qwen3-0.6b's 30,000-token prompt beside 16 streaming rows (H200) met cuDNN's first
 plan at 4,096 keys in a 780 ms step and each later key bucket in a 75-100 ms one (median step 5.8 ms).
-Masks become explicit boolean arrays whenever padding would move a causal mask's diagonal. Decode
+Masks become explicit boolean arrays whenever padding would move a causal mask's diagonal; past
+`SHORT_CONTEXT` they reach cuDNN as an additive mask in the queries' dtype, made once per pass
+(`_cudnn_mask`): given a boolean mask, MLX converts it for cuDNN on every call, into a bias array
+broadcast over every query head (H200, one 256-token chunk over 30,000 keys: 1.25 ms with the boolean
+mask, 0.27 ms with a [1, 1, L, K] bias, as with the plain causal mask; `scripts/probe_long_attention.py`),
+so a qwen3-0.6b chunk step past 20,000 keys waited ~28 ms for its 28 layers' conversions. Decode
 attention does not come here (kinfer's paged decode kernel has no per-shape cost; the engine pads the
 decode pass's rows: `shape_buckets.decode_rows`).
 """
@@ -64,7 +69,7 @@ def bucketed_sdpa(
         if q_len == length:  # and one layout: cuDNN keys its plan on strides too; a padded chunk's
             queries = mx.contiguous(queries)  # queries are a copy already, a full one's a transposed view
     if (rows, q_len, k_len) == (batch, length, context):
-        return _sdpa(queries, keys, values, scale, mask, sinks)
+        return _sdpa(queries, keys, values, scale, _cudnn_mask(mask, queries.dtype, k_len, built, key), sinks)
     q = _pad(queries, rows, q_len)
     k, v = _pad(keys, rows, k_len), _pad(values, rows, k_len)
     if square_causal:
@@ -77,8 +82,27 @@ def bucketed_sdpa(
             padded_mask = _padded_mask(mask, batch, length, context, rows, q_len, k_len)
             if padded_key is not None:
                 built[padded_key] = padded_mask
+        padded_mask = _cudnn_mask(padded_mask, queries.dtype, k_len, built, padded_key)
     out = _sdpa(q, k, v, scale, padded_mask, sinks)
     return out[:batch, :, :length, :]
+
+
+def _cudnn_mask(
+    mask: str | mx.array | None, dtype: mx.Dtype, context: int, built: dict | None, key: tuple | None
+) -> str | mx.array | None:
+    """Past SHORT_CONTEXT (cuDNN's path), a boolean mask as the additive one MLX would make of it on
+    every call, made once for the pass's layers (kept in `built` under `key`); otherwise `mask`."""
+    if context <= SHORT_CONTEXT or not isinstance(mask, mx.array) or mask.dtype != mx.bool_:
+        return mask
+    additive_key = None if built is None or key is None else ("additive", key, dtype)
+    additive = None if additive_key is None else built.get(additive_key)
+    if additive is None:
+        while mask.ndim < 4:  # [.., L, K] -> [1, 1, L, K]: one bias broadcast over the heads
+            mask = mask[None]
+        additive = mx.where(mask, mx.array(0, dtype), mx.array(-float("inf"), dtype))
+        if additive_key is not None:
+            built[additive_key] = additive
+    return additive
 
 
 def _pad(x: mx.array, rows: int, length: int) -> mx.array:

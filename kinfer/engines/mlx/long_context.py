@@ -1,0 +1,60 @@
+"""One row's prompt chunk over a long context, on CUDA: its keys and values in one copy each.
+
+Past `attention_ops.SHORT_CONTEXT` keys a chunk's attention is cuDNN's, on the row's whole context
+as [1, kv heads, K, dim] arrays padded to the key bucket (sdpa_buckets.py). Gathered by blocks out of
+the paged pool (kv.py) that took three copies of the context per layer, for keys and for values: the
+blocks, their [heads, positions] transpose, and the padding to the bucket; on the H200 a 30,000-token
+context cost 0.44 ms per copy set (`scripts/probe_long_attention.py`), 24 ms a step for qwen3-0.6b's
+28 layers, most of its chunk step's device time. Here the pool rows are taken in the order cuDNN
+reads them, straight to the bucket's width, in one `take` per pool: a bucket's padding points at the
+row's first position (any finite values do: the mask hides them).
+
+The row indices and the mask are the same for every layer of a pass (one block table, one window):
+built by the first layer, kept in the pass's `prefill_inputs`.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
+from kinfer.engines.mlx.shape_buckets import bucket
+
+
+def takes_long_path(batch: int, end: int) -> bool:
+    """Whether a chunk of `batch` rows ending at `end` takes this path: one row, past SHORT_CONTEXT, with
+    the shape buckets on (CUDA: cuDNN's attention; elsewhere the padding is not made at all)."""
+    return batch == 1 and shape_buckets.enabled() and bucket(end) > SHORT_CONTEXT
+
+
+def pool_rows(blocks: np.ndarray, heads: int, block: int, end: int) -> mx.array:
+    """Pool rows ([blocks * heads * block, dim] storage) of positions [0, bucket(end)) of a row whose
+    blocks are `blocks`, head by head ([heads * width] int32): a `take` of them reshapes for free into
+    [1, heads, width, dim]. Positions past `end` read position 0 (hidden by `long_mask`). Device ops:
+    built in numpy, the rows of a 30,000-token context cost the host ~10 ms a pass."""
+    width = bucket(end)
+    pos = mx.arange(width, dtype=mx.int32)
+    pos = mx.where(pos < end, pos, 0)
+    slots = mx.array(blocks.astype(np.int32))[pos // block]
+    rows = (slots[None, :] * heads + mx.arange(heads, dtype=mx.int32)[:, None]) * block + (pos % block)[
+        None, :
+    ]
+    return rows.reshape(-1)
+
+
+def long_mask(start: int, length: int, window: int | None) -> mx.array:
+    """[1, 1, length, bucket(start + length)] booleans: query i (position start + i) sees the positions
+    up to its own (within `window`), never the bucket's padding (device ops, as `pool_rows`)."""
+    query_pos = start + mx.arange(length)[:, None]
+    key_pos = mx.arange(bucket(start + length))[None, :]
+    allowed = key_pos <= query_pos
+    if window is not None:
+        allowed = allowed & (key_pos > query_pos - window)
+    return allowed[None, None]
+
+
+def gathered(pool: mx.array, rows: mx.array, heads: int) -> mx.array:
+    """The rows of `pool` as [1, heads, width, dim]."""
+    return mx.take(pool, rows, axis=0).reshape(1, heads, -1, pool.shape[-1])

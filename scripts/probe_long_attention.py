@@ -1,0 +1,145 @@
+"""Device time of one prompt chunk's attention over a long context, by how the call is made (H200).
+
+A long prompt beside decoding rows arrives in 256-token chunks; past ~20,000 keys qwen3-0.6b's chunk
+steps waited 27-29 ms for the GPU and alternate ones took ~100 ms (docs/benchmarks.md, "H200, fifth
+session of 2026-12-03"). This times the attention of one such chunk (16 query heads, 8 KV heads,
+head size 128, bf16: the qwen3-0.6b shape) for each form the engine could send:
+
+  causal_exact   the exact key length, mask "causal" (cuDNN, no bias)
+  bool_padded    keys padded to the shape bucket, a boolean mask (what sdpa_buckets does today)
+  bias_padded    the same mask as an additive bf16 array
+  none_exact     the exact keys, no mask at all (the kernel's floor for this shape)
+  gather         the row's K/V gathered out of a paged pool token row by token row
+  gather_blocks  the same by 64-token blocks, as the engine does, then padded to the bucket
+  gather_blocks_padded  the block table padded to the bucket instead (one copy fewer)
+  take_headmajor the pool rows taken in cuDNN's order, padding included (long_context.py: one copy)
+
+and the same at other chunk lengths, so the time per query says whether the kernel is short of work
+(a 256-query chunk gives cuDNN 16 heads x 2 query tiles: 32 thread blocks for 132 SMs).
+
+    PYTHONPATH=/tmp/site:$PWD python3 scripts/probe_long_attention.py --contexts 8192,16384,30000,49152 \
+        --json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kinfer.engines.mlx import long_context
+from kinfer.engines.mlx.shape_buckets import bucket
+
+HEADS, KV_HEADS, DIM, BLOCK = 16, 8, 128, 64
+
+
+def _timed(fn, repeats: int) -> dict[str, float]:
+    """Per-call wall ms evaluated one by one (host + device), and per call when `repeats` are queued
+    before one wait (the device's own time, the host's overlapped)."""
+    for _ in range(3):  # plans, kernels and buffers first
+        mx.eval(fn())
+    mx.synchronize()
+    single = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        mx.eval(fn())
+        mx.synchronize()
+        single.append((time.perf_counter() - start) * 1e3)
+    start = time.perf_counter()
+    outs = [fn() for _ in range(repeats)]
+    mx.eval(outs)
+    mx.synchronize()
+    queued = (time.perf_counter() - start) * 1e3 / repeats
+    single.sort()
+    return {"single_ms": round(single[len(single) // 2], 3), "queued_ms": round(queued, 3)}
+
+
+def _forms(length: int, context: int) -> dict:
+    scale = DIM**-0.5
+    q = mx.random.normal((1, HEADS, length, DIM)).astype(mx.bfloat16)
+    k = mx.random.normal((1, KV_HEADS, context, DIM)).astype(mx.bfloat16)
+    v = mx.random.normal((1, KV_HEADS, context, DIM)).astype(mx.bfloat16)
+    padded = bucket(context)
+    kp = mx.pad(k, [(0, 0), (0, 0), (0, padded - context), (0, 0)])
+    vp = mx.pad(v, [(0, 0), (0, 0), (0, padded - context), (0, 0)])
+    query_pos = mx.arange(length)[:, None] + (context - length)
+    allowed = (mx.arange(padded)[None, :] <= query_pos)[None, None]
+    bias = mx.where(allowed, 0.0, -float("inf")).astype(mx.bfloat16)
+    blocks = (context + BLOCK - 1) // BLOCK
+    pool = mx.random.normal((2 * blocks * KV_HEADS * BLOCK, DIM)).astype(mx.bfloat16)
+    ids = mx.array(list(range(0, 2 * blocks, 2)), dtype=mx.int32)  # every other block: a real table
+    rows = (ids[:, None, None] * (KV_HEADS * BLOCK) + mx.arange(KV_HEADS * BLOCK)[None, None]).reshape(-1)
+    mx.eval(q, k, v, kp, vp, allowed, bias, pool, rows)
+    sdpa = mx.fast.scaled_dot_product_attention
+
+    def gather():
+        g = mx.take(pool, rows, axis=0).reshape(blocks, KV_HEADS, BLOCK, DIM)
+        return mx.contiguous(g.transpose(1, 0, 2, 3).reshape(1, KV_HEADS, blocks * BLOCK, DIM))
+
+    view = pool.reshape(2 * blocks, KV_HEADS, BLOCK, DIM)
+    wide = (padded + BLOCK - 1) // BLOCK
+    padded_ids = mx.concatenate([ids, mx.full((wide - blocks,), ids[-1].item(), dtype=mx.int32)])
+    mx.eval(padded_ids)
+
+    def gather_blocks():  # the engine's today: blocks, a [heads, T, dim] copy, then padded to the bucket
+        g = view[ids].transpose(1, 0, 2, 3).reshape(1, KV_HEADS, blocks * BLOCK, DIM)[:, :, :context]
+        return mx.pad(g, [(0, 0), (0, 0), (0, padded - context), (0, 0)])
+
+    def gather_blocks_padded():  # the table padded to the bucket instead: one copy fewer
+        return view[padded_ids].transpose(1, 0, 2, 3).reshape(1, KV_HEADS, wide * BLOCK, DIM)
+
+    table = np.array(ids)
+    long_rows = long_context.pool_rows(table, KV_HEADS, BLOCK, context)
+    mx.eval(long_rows)
+
+    def take_headmajor():  # the engine's since: one take in cuDNN's layout, padding included
+        return long_context.gathered(pool, long_rows, KV_HEADS)
+
+    return {
+        "causal_exact": lambda: sdpa(q, k, v, scale=scale, mask="causal"),
+        "bool_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=allowed),
+        "bias_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=bias),
+        "none_exact": lambda: sdpa(q, k, v, scale=scale),
+        "gather": gather,
+        "gather_blocks": gather_blocks,
+        "gather_blocks_padded": gather_blocks_padded,
+        "take_headmajor": take_headmajor,
+    }
+
+
+def main() -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--contexts", default="8192,16384,30000,49152")
+    parser.add_argument("--lengths", default="256,1024")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    print(f"MLX {mx.__version__} on {mx.default_device()}", flush=True)
+    results = []
+    for context in [int(c) for c in args.contexts.split(",")]:
+        for length in [int(n) for n in args.lengths.split(",")]:
+            for name, fn in _forms(length, context).items():
+                if name.startswith("gather") and length != int(args.lengths.split(",")[0]):
+                    continue  # the gather does not depend on the chunk
+                timing = _timed(fn, args.repeats)
+                results.append({"context": context, "length": length, "form": name, **timing})
+                print(
+                    f"context {context:>6}  chunk {length:>5}  {name:<20} "
+                    f"one by one {timing['single_ms']:8.3f} ms  queued {timing['queued_ms']:8.3f} ms",
+                    flush=True,
+                )
+            mx.clear_cache()
+    if args.json:
+        args.json.write_text(json.dumps({"mlx": mx.__version__, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
