@@ -15,7 +15,9 @@ head size 128, bf16: the qwen3-0.6b shape) for each form the engine could send:
   take_headmajor the pool rows taken in cuDNN's order, padding included (long_context.py: one copy)
 
 and the same at other chunk lengths, so the time per query says whether the kernel is short of work
-(a 256-query chunk gives cuDNN 16 heads x 2 query tiles: 32 thread blocks for 132 SMs).
+(a 256-query chunk gives cuDNN 16 heads x 2 query tiles: 32 thread blocks for 132 SMs). Each result
+carries `max_diff`, its largest difference from its reference (the exact causal call; the row-by-row
+gather over the real keys): the forms are the same computation.
 
     PYTHONPATH=/tmp/site:$PWD python3 scripts/probe_long_attention.py --contexts 8192,16384,30000,49152 \
         --json OUT.json
@@ -114,6 +116,19 @@ def _forms(length: int, context: int) -> dict:
     }
 
 
+def _difference(forms: dict, name: str, context: int) -> float | None:
+    """The form's largest difference from its reference (the same attention or the same keys): masked
+    attention against the exact causal call, gathers against the row-by-row one, over the real keys."""
+    if name == "none_exact":
+        return None  # no mask: another attention
+    gathers = name.startswith(("gather", "take"))
+    reference = forms["gather" if gathers else "causal_exact"]()
+    got = forms[name]()
+    if gathers:
+        reference, got = reference[:, :, :context], got[:, :, :context]
+    return float(mx.abs(got.astype(mx.float32) - reference.astype(mx.float32)).max().item())
+
+
 def main() -> None:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
@@ -126,14 +141,19 @@ def main() -> None:
     results = []
     for context in [int(c) for c in args.contexts.split(",")]:
         for length in [int(n) for n in args.lengths.split(",")]:
-            for name, fn in _forms(length, context).items():
-                if name.startswith("gather") and length != int(args.lengths.split(",")[0]):
-                    continue  # the gather does not depend on the chunk
+            forms = _forms(length, context)
+            for name, fn in forms.items():
+                if name.startswith(("gather", "take")) and length != int(args.lengths.split(",")[0]):
+                    continue  # the gathers do not depend on the chunk
                 timing = _timed(fn, args.repeats)
-                results.append({"context": context, "length": length, "form": name, **timing})
+                diff = _difference(forms, name, context)
+                results.append(
+                    {"context": context, "length": length, "form": name, **timing, "max_diff": diff}
+                )
                 print(
                     f"context {context:>6}  chunk {length:>5}  {name:<20} "
-                    f"one by one {timing['single_ms']:8.3f} ms  queued {timing['queued_ms']:8.3f} ms",
+                    f"one by one {timing['single_ms']:8.3f} ms  queued {timing['queued_ms']:8.3f} ms"
+                    f"  max diff {diff if diff is not None else '-'}",
                     flush=True,
                 )
             mx.clear_cache()
