@@ -38,9 +38,8 @@ def pool_rows(blocks: np.ndarray, heads: int, block: int, end: int) -> mx.array:
     pos = mx.arange(width, dtype=mx.int32)
     pos = mx.where(pos < end, pos, 0)
     slots = mx.array(blocks.astype(np.int32))[pos // block]
-    rows = (slots[None, :] * heads + mx.arange(heads, dtype=mx.int32)[:, None]) * block + (pos % block)[
-        None, :
-    ]
+    head = mx.arange(heads, dtype=mx.int32)[:, None]
+    rows = (slots[None, :] * heads + head) * block + (pos % block)[None, :]
     return rows.reshape(-1)
 
 
