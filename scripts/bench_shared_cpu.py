@@ -7,13 +7,12 @@ the decode thread tuner.
 For each policy (alternating, ABAB over `--rounds`): start `kinfer --headless` on the bundled SmolLM2
 with that OpenMP wait policy in its environment (`default`: what kinfer sets by itself; `ACTIVE` /
 `PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`) and `--threads` (0, the default, leaves the
-thread tuner on), or with kinfer's own wait
-and a thread policy (`tuned`: `--threads 0`, decode steps on the count the tuner picks; `fixed`:
-`--threads` = every core, the tuner off: what kinfer did before it), then at each of `--rows` concurrent
-streaming chats (end of turn ignored) measure the aggregate decode tok/s, first on a quiet machine, then
-with one busy competing process per core (a Python loop the benchmark starts and stops). Decode tok/s:
-the tokens streamed after each reply's first one, over the time from the first of those first tokens to
-the last reply's end.
+thread tuner on), or with kinfer's own wait and a thread policy (`tuned`: `--threads 0`, decode steps on
+the count the tuner picks; `fixed`: `--threads` = every core, the tuner off: what kinfer did before it;
+`threads=N`: `--threads N`), then at each of `--rows` concurrent streaming chats (end of turn ignored)
+measure the aggregate decode tok/s, first on a quiet machine, then with one busy competing process per
+core (a Python loop the benchmark starts and stops). Decode tok/s: the tokens streamed after each
+reply's first one, over the time from the first of those first tokens to the last reply's end.
 
 Read the busy / quiet ratio per policy (goal: >= 50 % at 1 and 4 rows) and each policy's quiet speed
 against the others' (goal: within 10 % of the best). Each measurement also records the decode thread
@@ -125,11 +124,13 @@ def policy_threads(policy: str, args: argparse.Namespace) -> int:
         return 0
     if policy == "fixed":
         return args.threads or len(os.sched_getaffinity(0))
+    if policy.startswith("threads="):  # a fixed count, more than the cores included
+        return int(policy.removeprefix("threads="))
     return args.threads
 
 
 def policy_env(policy: str) -> dict[str, str]:
-    if policy in ("default", "tuned", "fixed"):
+    if policy in ("default", "tuned", "fixed") or policy.startswith("threads="):
         return {}
     if policy.startswith("spin="):
         return {"GOMP_SPINCOUNT": policy.removeprefix("spin=")}
@@ -176,7 +177,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--policy", action="append", default=[], help="default, ACTIVE, PASSIVE or spin=N")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        help="default, ACTIVE, PASSIVE, spin=N, tuned, fixed, threads=N",
+    )
     parser.add_argument("--rows", default="1,4", help="comma separated concurrent replies")
     parser.add_argument("--tokens", type=int, default=64, help="max_tokens of each reply")
     parser.add_argument("--threads", type=int, default=0, help="kinfer --threads (0: its default)")
