@@ -23,7 +23,7 @@ Masks become explicit boolean arrays whenever padding would move a causal mask's
 (`_cudnn_mask`): given a boolean mask, MLX converts it for cuDNN on every call, into a bias array
 broadcast over every query head (H200, one 256-token chunk over 30,000 keys: 1.25 ms with the boolean
 mask, 0.27 ms with a [1, 1, L, K] bias, as with the plain causal mask; `scripts/probe_long_attention.py`),
-so a qwen3-0.6b chunk step past 20,000 keys waited ~28 ms for its 28 layers' conversions. Decode
+so a qwen3-0.6b chunk step at 30,000 keys waited ~28 ms for its 28 layers' conversions. Decode
 attention does not come here (kinfer's paged decode kernel has no per-shape cost; the engine pads the
 decode pass's rows: `shape_buckets.decode_rows`).
 """
