@@ -213,7 +213,15 @@ class KinferDashboard(App[int]):
         except KinferError as exc:  # the configured default is gone: still list the rest
             log.warning("%s", exc.message)
             default = None
-        self.call_from_thread(self.query_one(ModelTable).show_models, models, default and default.name)
+        if self.is_running:  # a listing that lands as the dashboard closes has nowhere to go
+            self.call_from_thread(self._show_store, models, default and default.name)
+
+    def _show_store(self, models: list[StoredModel], default: str | None) -> None:
+        """On the event loop (a worker thread must not query the widgets): the listing into the table,
+        if there is one still; while the app closes its widgets go first, and a pull's listing thread
+        that landed then failed the whole app (`NoMatches`)."""
+        for table in self.query(ModelTable):
+            table.show_models(models, default)
 
     def _selected(self) -> StoredModel | None:
         model = self.query_one(ModelTable).selected
