@@ -34,16 +34,19 @@ def test_the_stream_has_anthropics_exact_event_sequence(scripted):
         return data["type"]
 
     shape = [describe(data) for _, data in events]
-    # one delta per engine step ("Hm." is 3 characters, "Hi!" is 3): the scripted engine writes one a step
+    # a delta per engine step ("Hm." is 3 characters, "Hi!" is 3; the scripted engine writes one a step),
+    # or fewer: steps that finish before the stream is written go out as one delta (seen on a busy CI)
+    deltas = {kind: shape.count(kind) for kind in ("delta 0 thinking_delta", "delta 1 text_delta")}
+    assert all(1 <= n <= 3 for n in deltas.values()), deltas
     assert shape == [
         "message_start",
         "ping",
         "start 0 thinking",
-        *["delta 0 thinking_delta"] * 3,
+        *["delta 0 thinking_delta"] * deltas["delta 0 thinking_delta"],
         "delta 0 signature_delta",
         "stop 0",
         "start 1 text",
-        *["delta 1 text_delta"] * 3,
+        *["delta 1 text_delta"] * deltas["delta 1 text_delta"],
         "stop 1",
         "message_delta",
         "message_stop",
@@ -54,8 +57,9 @@ def test_the_stream_has_anthropics_exact_event_sequence(scripted):
     final = events[-2][1]
     assert final["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
     assert final["usage"]["output_tokens"] == len("<think>\nHm.\n</think>\n\nHi!")  # a token a character
-    texts = "".join(d["delta"].get("text", "") for _, d in events if d["type"] == "content_block_delta")
-    assert texts == "Hi!"
+    deltas_sent = [d["delta"] for _, d in events if d["type"] == "content_block_delta"]
+    assert "".join(d.get("text", "") for d in deltas_sent) == "Hi!"
+    assert "".join(d.get("thinking", "") for d in deltas_sent).strip() == "Hm."
 
 
 def test_the_sdk_stream_gives_text_and_the_final_message(scripted):
