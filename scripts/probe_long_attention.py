@@ -12,7 +12,9 @@ head size 128, bf16: the qwen3-0.6b shape) for each form the engine could send:
   gather         the row's K/V gathered out of a paged pool token row by token row
   gather_blocks  the same by 64-token blocks, as the engine does, then padded to the bucket
   gather_blocks_padded  the block table padded to the bucket instead (one copy fewer)
-  take_headmajor the pool rows taken in cuDNN's order, padding included (long_context.py: one copy)
+  take_headmajor the pool rows taken in cuDNN's order, padding included (long_context.py's `take`)
+  copy_kernel    long_kv_copy.py's kernel: whole blocks, keys and values in one launch (timed for both
+                 pools: compare it with twice a gather; CUDA only)
 
 and the same at other chunk lengths, so the time per query says whether the kernel is short of work
 (a 256-query chunk gives cuDNN 16 heads x 2 query tiles: 32 thread blocks for 132 SMs). Each result
@@ -36,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kinfer.engines.mlx import long_context
+from kinfer.engines.mlx import kernels, long_context, long_kv_copy
 from kinfer.engines.mlx.shape_buckets import bucket
 
 HEADS, KV_HEADS, DIM, BLOCK = 16, 8, 128, 64
@@ -101,10 +103,15 @@ def _forms(length: int, context: int) -> dict:
     long_rows = long_context.pool_rows(table, KV_HEADS, BLOCK, context)
     mx.eval(long_rows)
 
-    def take_headmajor():  # the engine's since: one take in cuDNN's layout, padding included
+    def take_headmajor():  # one take in cuDNN's layout, padding included (the engine's off CUDA)
         return long_context.gathered(pool, long_rows, KV_HEADS)
 
-    return {
+    end = mx.array([context], dtype=mx.int32)
+
+    def copy_kernel():  # the engine's on CUDA: keys and values (here the same pool) in one launch
+        return long_kv_copy.copy_row(pool, pool, ids, end, KV_HEADS, BLOCK, padded)
+
+    forms = {
         "causal_exact": lambda: sdpa(q, k, v, scale=scale, mask="causal"),
         "bool_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=allowed),
         "bias_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=bias),
@@ -114,6 +121,9 @@ def _forms(length: int, context: int) -> dict:
         "gather_blocks_padded": gather_blocks_padded,
         "take_headmajor": take_headmajor,
     }
+    if kernels.on_cuda_gpu():  # the kernel exists only there
+        forms["copy_kernel"] = copy_kernel
+    return forms
 
 
 def _difference(forms: dict, name: str, context: int) -> float | None:
@@ -121,9 +131,11 @@ def _difference(forms: dict, name: str, context: int) -> float | None:
     attention against the exact causal call, gathers against the row-by-row one, over the real keys."""
     if name == "none_exact":
         return None  # no mask: another attention
-    gathers = name.startswith(("gather", "take"))
+    gathers = name.startswith(("gather", "take", "copy"))
     reference = forms["gather" if gathers else "causal_exact"]()
     got = forms[name]()
+    if name == "copy_kernel":
+        got = got[0]  # the keys (the values are the same pool)
     if gathers:
         reference, got = reference[:, :, :context], got[:, :, :context]
     return float(mx.abs(got.astype(mx.float32) - reference.astype(mx.float32)).max().item())
@@ -143,7 +155,7 @@ def main() -> None:
         for length in [int(n) for n in args.lengths.split(",")]:
             forms = _forms(length, context)
             for name, fn in forms.items():
-                if name.startswith(("gather", "take")) and length != int(args.lengths.split(",")[0]):
+                if name.startswith(("gather", "take", "copy")) and length != int(args.lengths.split(",")[0]):
                     continue  # the gathers do not depend on the chunk
                 timing = _timed(fn, args.repeats)
                 diff = _difference(forms, name, context)

@@ -366,20 +366,18 @@ class PagedKV:
         return outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=0)
 
     def _attend_prefill_long(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:
-        """One row's chunk past SHORT_CONTEXT keys on CUDA: K/V taken in cuDNN's layout (long_context.py)."""
+        """One row's chunk past SHORT_CONTEXT keys on CUDA: K/V in cuDNN's layout (long_context.py)."""
         layout, layer = self.layout, self.layer
         start, length = int(layout.starts[0]), layout.length
         built = layout.prefill_inputs
-        end, heads = start + length, layer.heads
-        rows = built.get(("long rows", heads))
-        if rows is None:
-            blocks = layout.row_blocks(0, end)
-            rows = built["long rows", heads] = long_context.pool_rows(blocks, heads, BLOCK, end)
+        end = start + length
+        blocks = layout.row_blocks(0, end)
+        pools = layer.keys, layer.values
+        keys, values = long_context.row_context(*pools, blocks, end, layer.heads, BLOCK, built)
         key = ("long", layer.window)
         mask = built.get(key)
         if mask is None:
             mask = built[key] = long_context.long_mask(start, length, layer.window)
-        keys, values = (long_context.gathered(pool, rows, heads) for pool in (layer.keys, layer.values))
         return _sdpa(queries, keys, values, scale, mask, sinks, built, key)
 
     def _attend_prefill_batched(self, queries: mx.array, scale: float, sinks: mx.array | None) -> mx.array:

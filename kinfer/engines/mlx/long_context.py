@@ -9,8 +9,10 @@ context cost 0.44 ms per copy set (`scripts/probe_long_attention.py`), 24 ms a s
 reads them, straight to the bucket's width, in one `take` per pool: a bucket's padding points at the
 row's first position (any finite values do: the mask hides them).
 
-The row indices and the mask are the same for every layer of a pass (one block table, one window):
-built by the first layer, kept in the pass's `prefill_inputs`.
+On CUDA one kernel copies them instead (long_kv_copy.py: whole blocks, keys and values in one launch;
+`take`'s gather works element by element). The row's inputs (its block ids or pool rows) and the mask
+are the same for every layer of a pass (one block table, one window): built by the first layer, kept
+in the pass's `prefill_inputs`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx import kernels, long_kv_copy, shape_buckets
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.shape_buckets import bucket
+
+copy_kernel: bool | None = None  # long_kv_copy's kernel: None = on a CUDA GPU (the probe flips it)
 
 
 def takes_long_path(batch: int, end: int) -> bool:
@@ -57,3 +61,23 @@ def long_mask(start: int, length: int, window: int | None) -> mx.array:
 def gathered(pool: mx.array, rows: mx.array, heads: int) -> mx.array:
     """The rows of `pool` as [1, heads, width, dim]."""
     return mx.take(pool, rows, axis=0).reshape(1, heads, -1, pool.shape[-1])
+
+
+def row_context(
+    keys: mx.array, values: mx.array, row_blocks: np.ndarray, end: int, heads: int, block: int, built: dict
+) -> tuple[mx.array, mx.array]:
+    """The row's keys and values, positions [0, bucket(end)), as [1, heads, width, dim] each: copied by
+    long_kv_copy's kernel on CUDA, else taken (`pool_rows`). `row_blocks`: its block ids covering `end`;
+    `built`: the pass's `prefill_inputs`, where the first layer leaves what the others reuse."""
+    use_kernel = kernels.on_cuda_gpu() if copy_kernel is None else copy_kernel
+    dim = keys.shape[-1]
+    if use_kernel and values.shape[-1] == dim and long_kv_copy.copyable(dim, keys.dtype):
+        inputs = built.get(("long copy", end))
+        if inputs is None:
+            ids = mx.array(row_blocks.astype(np.int32))
+            inputs = built["long copy", end] = (ids, mx.array([end], dtype=mx.int32))
+        return long_kv_copy.copy_row(keys, values, *inputs, heads, block, bucket(end))
+    rows = built.get(("long rows", heads))
+    if rows is None:
+        rows = built["long rows", heads] = pool_rows(row_blocks, heads, block, end)
+    return gathered(keys, rows, heads), gathered(values, rows, heads)

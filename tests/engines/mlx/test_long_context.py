@@ -1,7 +1,9 @@
 """One row's prompt chunk past SHORT_CONTEXT keys on CUDA (long_context.py): its keys and values taken
 out of the paged pool in one copy each, already in cuDNN's layout and padded to the key bucket, where
-the block gather, its transpose and the padding took three. The same attention either way: the rows read
-mlx-lm's greedy tokens."""
+the block gather, its transpose and the padding took three; on CUDA one kernel copies them whole
+(long_kv_copy.py). The same attention either way: the rows read mlx-lm's greedy tokens.
+
+The kernel's tests run only where MLX has a CUDA GPU (the H200 benchmark machine)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import long_context, shape_buckets
+from kinfer.engines.mlx import kernels, long_context, long_kv_copy, shape_buckets
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK, PagedKV
 from kinfer.engines.mlx.shape_buckets import bucket
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
 from tests.engines.mlx.test_warm_up import trained_longer
+
+cuda = pytest.mark.skipif(not kernels.on_cuda_gpu(), reason="the copy kernel exists only for MLX on CUDA")
 
 
 @pytest.fixture
@@ -36,6 +40,65 @@ def test_the_rows_taken_are_the_rows_positions_head_by_head_then_the_buckets_pad
     want = view.transpose(1, 0, 2, 3).reshape(1, heads, -1, dim)[:, :, :end]
     assert mx.array_equal(got[:, :, :end], want).item()
     assert mx.array_equal(got[:, :, end:], mx.broadcast_to(want[:, :, :1], got[:, :, end:].shape)).item()
+
+
+def _scattered_pools(end: int, heads: int, dim: int, dtype=mx.float32, seed: int = 0):
+    """Pools holding a row of `end` positions in scattered blocks (and other rows' blocks between)."""
+    rng = np.random.default_rng(seed)
+    needed = (end + BLOCK - 1) // BLOCK
+    blocks = rng.permutation(2 * needed + 1)[:needed].astype(np.int32)
+    size = (2 * needed + 1) * heads * BLOCK
+    keys = mx.array(rng.standard_normal((size, dim)).astype(np.float32)).astype(dtype)
+    values = mx.array(rng.standard_normal((size, dim)).astype(np.float32)).astype(dtype)
+    return keys, values, blocks
+
+
+def _taken(keys: mx.array, values: mx.array, blocks: np.ndarray, end: int, heads: int):
+    rows = long_context.pool_rows(blocks, heads, BLOCK, end)
+    return long_context.gathered(keys, rows, heads), long_context.gathered(values, rows, heads)
+
+
+def test_without_the_kernel_the_row_context_is_taken_once_per_pass(monkeypatch):
+    monkeypatch.setattr(long_context, "copy_kernel", False)
+    heads, end = 2, SHORT_CONTEXT + 70
+    keys, values, blocks = _scattered_pools(end, heads, dim=8)
+    built: dict = {}
+    got = long_context.row_context(keys, values, blocks, end, heads, BLOCK, built)
+    for have, want in zip(got, _taken(keys, values, blocks, end, heads), strict=True):
+        assert mx.array_equal(have, want).item()
+    assert list(built) == [("long rows", heads)]  # the pass's other layers reuse the rows
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float32])
+@pytest.mark.parametrize("end", [SHORT_CONTEXT + 1, SHORT_CONTEXT + 70, 2 * SHORT_CONTEXT, 30_001])
+def test_the_kernel_copies_the_rows_positions_and_zeros_the_padding(dtype, end):
+    heads, dim = 8, 128
+    keys, values, blocks = _scattered_pools(end, heads, dim, dtype, seed=end)
+    width = bucket(end)
+    got_k, got_v = long_kv_copy.copy_row(
+        keys, values, mx.array(blocks), mx.array([end], dtype=mx.int32), heads, BLOCK, width
+    )
+    want_k, want_v = _taken(keys, values, blocks, end, heads)
+    for got, want in ((got_k, want_k), (got_v, want_v)):
+        assert got.shape == want.shape == (1, heads, width, dim) and got.dtype == dtype
+        assert mx.array_equal(got[:, :, :end], want[:, :, :end]).item()
+        assert not mx.any(got[:, :, end:]).item()  # the padding is zeros, never another row's values
+
+
+@cuda
+def test_on_cuda_the_row_context_is_the_kernels(monkeypatch):
+    calls = []
+    real = long_kv_copy.copy_row
+    monkeypatch.setattr(long_kv_copy, "copy_row", lambda *a: calls.append(a) or real(*a))
+    heads, end = 8, SHORT_CONTEXT + 70
+    keys, values, blocks = _scattered_pools(end, heads, dim=128, dtype=mx.bfloat16)
+    built: dict = {}
+    for _ in range(2):  # two layers of one pass: one set of inputs
+        got = long_context.row_context(keys, values, blocks, end, heads, BLOCK, built)
+    assert len(calls) == 2 and list(built) == [("long copy", end)]
+    for have, want in zip(got, _taken(keys, values, blocks, end, heads), strict=True):
+        assert mx.array_equal(have[:, :, :end], want[:, :, :end]).item()
 
 
 def test_the_mask_hides_the_future_the_window_and_the_padding():
