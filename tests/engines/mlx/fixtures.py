@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.engine import MlxEngine
 from tests.engines.driver import GREEDY, JobResult, job, run_alone, run_jobs
 from tests.fixtures.tiny_mlx import build_tiny_model
@@ -25,6 +26,7 @@ __all__ = [
     "job",
     "make_mlx",
     "mlx_lm_greedy",
+    "padded",
     "readable",
     "run_alone",
     "run_jobs",
@@ -72,6 +74,14 @@ def mlx_lm_greedy(path: Path, prompt: Sequence[int], max_tokens: int) -> tuple[l
     if tokens and tokens[-1] in tokenizer.eos_token_ids:
         tokens = tokens[:-1]
     return tokens, readable(tokenizer.decode(tokens))
+
+
+@pytest.fixture
+def padded() -> Iterator[None]:
+    """The shape buckets on, as on CUDA (decode rows, prompt chunks and key lengths padded)."""
+    shape_buckets.set_enabled(True)
+    yield
+    shape_buckets.set_enabled(None)
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,6 @@ recurrent models, while rows join and leave (the padded size changes under them)
 
 from __future__ import annotations
 
-import pytest
-
 from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.shape_buckets import decode_rows
 from kinfer.protocol import Sampling
@@ -23,13 +21,6 @@ def test_a_few_sizes_one_stream_stays_one_row_and_a_full_batch_takes_every_slot(
     assert decode_rows(64, 64) == 65  # every slot and the scratch one: in order, no gather
     assert decode_rows(11, 12) == 13  # never past the slots plus the scratch one
     assert len({decode_rows(n, 256) for n in range(1, 257)}) <= 8 + 4 * 5 + 1
-
-
-@pytest.fixture
-def padded():
-    shape_buckets.set_enabled(True)
-    yield
-    shape_buckets.set_enabled(None)
 
 
 def staggered(engine, sampling=None):

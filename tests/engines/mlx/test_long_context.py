@@ -22,13 +22,6 @@ from tests.engines.mlx.test_warm_up import trained_longer
 cuda = pytest.mark.skipif(not kernels.on_cuda_gpu(), reason="the copy kernel exists only for MLX on CUDA")
 
 
-@pytest.fixture
-def padded():
-    shape_buckets.set_enabled(True)
-    yield
-    shape_buckets.set_enabled(None)
-
-
 def test_the_rows_taken_are_the_rows_positions_head_by_head_then_the_buckets_padding():
     heads, dim, end = 3, 4, SHORT_CONTEXT + 70
     blocks = np.random.default_rng(0).permutation(2 * (end // BLOCK + 1))[: (end + BLOCK - 1) // BLOCK]

@@ -7,7 +7,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kinfer.engines.mlx import sdpa_buckets, shape_buckets
+from kinfer.engines.mlx import sdpa_buckets
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES, bucketed_sdpa
 from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor, row_bucket
@@ -130,16 +130,7 @@ def test_an_additive_mask_is_left_unpadded():
     assert mx.allclose(bucketed_sdpa(q, k, v, 0.25, bias, None), plain(q, k, v, bias), atol=1e-5).item()
 
 
-@pytest.fixture
-def buckets_on():
-    shape_buckets.set_enabled(True)
-    yield
-    shape_buckets.set_enabled(None)
-
-
-def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
-    tiny_qwen3, make_mlx, buckets_on
-):
+def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(tiny_qwen3, make_mlx, padded):
     path = tiny_qwen3
     engine = make_mlx(path, rows=6, prefill_chunk=48)  # small chunks: prompts continue over steps
     prompts = pooled_and_fresh_prompts(engine)
@@ -163,7 +154,7 @@ def test_with_buckets_padded_continued_and_reused_prompts_give_mlx_lms_tokens(
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(
-    arch, tiny_models, make_mlx, buckets_on
+    arch, tiny_models, make_mlx, padded
 ):
     path = tiny_models[arch]
     engine = make_mlx(path, rows=4, prefill_chunk=512)
@@ -177,7 +168,7 @@ def test_with_buckets_three_prompts_run_as_four_rows_and_keep_their_tokens(
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(path, prompt, 8)[1], i
 
 
-def test_with_buckets_a_hybrid_models_replies_are_mlx_lms(tiny_qwen35, make_mlx, buckets_on):
+def test_with_buckets_a_hybrid_models_replies_are_mlx_lms(tiny_qwen35, make_mlx, padded):
     engine = make_mlx(tiny_qwen35, rows=3, prefill_chunk=40)
     prompts = [engine.tokenize(chat(question)) for question in QUESTIONS[:3]]
     results = run_jobs(engine, [job(f"p{i}", p, max_tokens=8) for i, p in enumerate(prompts)])

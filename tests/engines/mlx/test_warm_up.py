@@ -24,13 +24,6 @@ from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_j
 from tests.engines.mlx.test_engine import QUESTIONS
 
 
-@pytest.fixture
-def padded():
-    shape_buckets.set_enabled(True)
-    yield
-    shape_buckets.set_enabled(None)
-
-
 def test_every_decode_row_count_the_buckets_make_is_warmed_greedy_and_sampled():
     shapes = warm_shapes(64, recurrent=False)
     decode = [s.rows for s in shapes if s.decode and not s.sampled]
