@@ -371,7 +371,7 @@ class PagedKV:
         start, length = int(layout.starts[0]), layout.length
         built = layout.prefill_inputs
         end = start + length
-        blocks = layout.row_blocks(0, end)
+        blocks = lambda: layout.row_blocks(0, end)  # noqa: E731 (the pass's first layer reads it)
         pools = layer.keys, layer.values
         keys, values = long_context.row_context(*pools, blocks, end, layer.heads, BLOCK, built)
         key = ("long", layer.window)

@@ -17,6 +17,8 @@ in the pass's `prefill_inputs`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import mlx.core as mx
 import numpy as np
 
@@ -24,7 +26,7 @@ from kinfer.engines.mlx import kernels, long_kv_copy, shape_buckets
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.shape_buckets import bucket
 
-copy_kernel: bool | None = None  # long_kv_copy's kernel: None = on a CUDA GPU (the probe flips it)
+copy_kernel: bool | None = None  # long_kv_copy's kernel: None = on a CUDA GPU (tests flip it)
 
 
 def takes_long_path(batch: int, end: int) -> bool:
@@ -64,20 +66,28 @@ def gathered(pool: mx.array, rows: mx.array, heads: int) -> mx.array:
 
 
 def row_context(
-    keys: mx.array, values: mx.array, row_blocks: np.ndarray, end: int, heads: int, block: int, built: dict
+    keys: mx.array,
+    values: mx.array,
+    row_blocks: Callable[[], np.ndarray],
+    end: int,
+    heads: int,
+    block: int,
+    built: dict,
 ) -> tuple[mx.array, mx.array]:
     """The row's keys and values, positions [0, bucket(end)), as [1, heads, width, dim] each: copied by
-    long_kv_copy's kernel on CUDA, else taken (`pool_rows`). `row_blocks`: its block ids covering `end`;
-    `built`: the pass's `prefill_inputs`, where the first layer leaves what the others reuse."""
-    use_kernel = kernels.on_cuda_gpu() if copy_kernel is None else copy_kernel
-    dim = keys.shape[-1]
-    if use_kernel and values.shape[-1] == dim and long_kv_copy.copyable(dim, keys.dtype):
-        inputs = built.get(("long copy", end))
-        if inputs is None:
-            ids = mx.array(row_blocks.astype(np.int32))
-            inputs = built["long copy", end] = (ids, mx.array([end], dtype=mx.int32))
-        return long_kv_copy.copy_row(keys, values, *inputs, heads, block, bucket(end))
+    long_kv_copy's kernel on CUDA, else taken (`pool_rows`). `row_blocks`: its block ids covering `end`
+    (called by the pass's first layer only); `built`: the pass's `prefill_inputs`, where the first layer
+    leaves its choice and inputs for the others."""
+    inputs = built.get(("long copy", end))
     rows = built.get(("long rows", heads))
-    if rows is None:
-        rows = built["long rows", heads] = pool_rows(row_blocks, heads, block, end)
+    if inputs is None and rows is None:  # the pass's first layer: choose, and build for every layer
+        use_kernel = kernels.on_cuda_gpu() if copy_kernel is None else copy_kernel
+        dim = keys.shape[-1]
+        if use_kernel and values.shape[-1] == dim and long_kv_copy.copyable(dim, keys.dtype):
+            ids = mx.array(row_blocks().astype(np.int32))
+            inputs = built["long copy", end] = (ids, mx.array([end], dtype=mx.int32))
+        else:
+            rows = built["long rows", heads] = pool_rows(row_blocks(), heads, block, end)
+    if inputs is not None:
+        return long_kv_copy.copy_row(keys, values, *inputs, heads, block, bucket(end))
     return gathered(keys, rows, heads), gathered(values, rows, heads)

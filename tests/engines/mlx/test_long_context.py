@@ -56,10 +56,36 @@ def test_without_the_kernel_the_row_context_is_taken_once_per_pass(monkeypatch):
     heads, end = 2, SHORT_CONTEXT + 70
     keys, values, blocks = _scattered_pools(end, heads, dim=8)
     built: dict = {}
-    got = long_context.row_context(keys, values, blocks, end, heads, BLOCK, built)
+    read = []
+
+    def row_blocks():
+        read.append(1)
+        return blocks
+
+    for _ in range(2):  # two layers of one pass: the block table is read once, the rows built once
+        got = long_context.row_context(keys, values, row_blocks, end, heads, BLOCK, built)
     for have, want in zip(got, _taken(keys, values, blocks, end, heads), strict=True):
         assert mx.array_equal(have, want).item()
     assert list(built) == [("long rows", heads)]  # the pass's other layers reuse the rows
+    assert len(read) == 1
+
+
+def test_with_the_kernel_a_passs_first_layer_builds_its_inputs_and_every_layer_copies(monkeypatch):
+    monkeypatch.setattr(long_context, "copy_kernel", True)
+    calls = []
+    monkeypatch.setattr(long_kv_copy, "copy_row", lambda *a: calls.append(a) or ("k", "v"))
+    heads, end = 2, SHORT_CONTEXT + 70
+    keys, values, blocks = _scattered_pools(end, heads, dim=8)
+    built: dict = {}
+    read = []
+    for _ in range(3):  # three layers of one pass
+        got = long_context.row_context(
+            keys, values, lambda: read.append(1) or blocks, end, heads, BLOCK, built
+        )
+    assert got == ("k", "v") and len(calls) == 3 and len(read) == 1
+    ids, last = calls[0][2], calls[0][3]
+    assert np.array_equal(np.array(ids), blocks) and last.tolist() == [end]
+    assert calls[0][4:] == (heads, BLOCK, bucket(end))
 
 
 @cuda
@@ -88,7 +114,7 @@ def test_on_cuda_the_row_context_is_the_kernels(monkeypatch):
     keys, values, blocks = _scattered_pools(end, heads, dim=128, dtype=mx.bfloat16)
     built: dict = {}
     for _ in range(2):  # two layers of one pass: one set of inputs
-        got = long_context.row_context(keys, values, blocks, end, heads, BLOCK, built)
+        got = long_context.row_context(keys, values, lambda: blocks, end, heads, BLOCK, built)
     assert len(calls) == 2 and list(built) == [("long copy", end)]
     for have, want in zip(got, _taken(keys, values, blocks, end, heads), strict=True):
         assert mx.array_equal(have[:, :, :end], want[:, :, :end]).item()
