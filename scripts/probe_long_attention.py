@@ -23,6 +23,12 @@ gather over the real keys): the forms are the same computation.
 
     PYTHONPATH=/tmp/site:$PWD python3 scripts/probe_long_attention.py --contexts 8192,16384,30000,49152 \
         --json OUT.json
+
+`queued_ms` is throughput, not one call's time: independent calls in one MLX graph run concurrently on
+the GPU (a 256-query chunk's attention fills 64 of the H200's 132 SMs), so it read 0.26-0.30 ms for an
+attention call that takes 0.68 ms alone. `--kernels` times `bias_padded`'s kernel itself through CUPTI
+(kernel_times.py; torch on the machine): queued, one at a time with the GPU idle between calls, and on
+30x larger values (docs/benchmarks.md, "H200, second session of 2026-12-04").
 """
 
 from __future__ import annotations
@@ -115,6 +121,7 @@ def _forms(length: int, context: int) -> dict:
         "causal_exact": lambda: sdpa(q, k, v, scale=scale, mask="causal"),
         "bool_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=allowed),
         "bias_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=bias),
+        "bias_padded_large": lambda: sdpa(q * 30, kp * 30, vp, scale=scale, mask=bias),
         "none_exact": lambda: sdpa(q, k, v, scale=scale),
         "gather": gather,
         "gather_blocks": gather_blocks,
@@ -124,6 +131,36 @@ def _forms(length: int, context: int) -> dict:
     if kernels.on_cuda_gpu():  # the kernel exists only there
         forms["copy_kernel"] = copy_kernel
     return forms
+
+
+def _kernel_times(forms: dict, context: int, repeats: int) -> list[dict]:
+    """`bias_padded`'s kernels through CUPTI (kernel_times.py; torch on the machine), three ways: queued
+    back to back, one by one with the GPU idle 5 ms between calls, and on keys and values 30x larger
+    (a model's are not unit normal): whether the kernel's own time depends on how busy the GPU was
+    kept or on the values."""
+    from kernel_times import KernelTimes
+
+    fn = forms["bias_padded"]
+    out = []
+    for way in ("queued", "spaced", "large"):
+        call = fn if way != "large" else forms["bias_padded_large"]
+        mx.eval(call())
+        mx.synchronize()
+        with KernelTimes() as times:
+            if way == "spaced":
+                for _ in range(repeats):
+                    mx.eval(call())
+                    mx.synchronize()
+                    time.sleep(0.005)
+            else:
+                mx.eval([call() for _ in range(repeats)])
+                mx.synchronize()
+        top = times.by_kernel()[0]
+        out.append({"context": context, "way": way, **top})
+        calls = f"{top['calls']:3d} x {top['mean_us']:8.1f} us"
+        queries = forms["bias_padded"]().shape[2]
+        print(f"context {context:>6}  chunk {queries:>4}  {way:<7} {calls}  {top['kernel'][:70]}")
+    return out
 
 
 def _difference(forms: dict, name: str, context: int) -> float | None:
@@ -147,14 +184,25 @@ def main() -> None:
     parser.add_argument("--contexts", default="8192,16384,30000,49152")
     parser.add_argument("--lengths", default="256,1024")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--kernels", action="store_true", help="bias_padded's kernel time only (CUPTI)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     print(f"MLX {mx.__version__} on {mx.default_device()}", flush=True)
     results = []
+    if args.kernels:
+        for context in [int(c) for c in args.contexts.split(",")]:
+            for length in [int(n) for n in args.lengths.split(",")]:
+                timed = _kernel_times(_forms(length, context), context, args.repeats)
+                results += [{"length": length} | r for r in timed]
+        if args.json:
+            args.json.write_text(json.dumps({"mlx": mx.__version__, "kernels": results}, indent=1))
+        return
     for context in [int(c) for c in args.contexts.split(",")]:
         for length in [int(n) for n in args.lengths.split(",")]:
             forms = _forms(length, context)
             for name, fn in forms.items():
+                if name == "bias_padded_large":
+                    continue  # --kernels only
                 if name.startswith(("gather", "take", "copy")) and length != int(args.lengths.split(",")[0]):
                     continue  # the gathers do not depend on the chunk
                 timing = _timed(fn, args.repeats)

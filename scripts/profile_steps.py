@@ -3,12 +3,17 @@
     python scripts/profile_steps.py stall --weights DIR --rows 16 --prompt-tokens 50000 --json out.json
     python scripts/profile_steps.py decode --weights DIR --rows 1 --steps 400 --json out.json
     py-spy record --native --rate 250 --format raw -o stacks.txt -- python scripts/profile_steps.py ...
+    python scripts/profile_steps.py stall ... --kernels 8 --kernels-at 0.9   # device time by kernel (CUDA)
 
 `stall`: `rows` replies decode, then one long prompt arrives and is prefilled beside them (issue 18's
 "no stalls" case, without HTTP); `decode`: `rows` replies decode for `steps` steps (issue 20's step).
 The JSON holds every step of the timed window (ms, the step timer's phases, prompt positions
 prefilled, rows decoding), so a profile's samples can be read against the steps they fell in.
 No server, no scheduler: the engine as the scheduler's worker thread drives it.
+
+`--kernels N` records every CUDA kernel of N steps through CUPTI (kernel_times.py; torch on the
+machine): in `stall` once the long prompt is `--kernels-at` of the way in, in `decode` the last N
+steps; the JSON's `kernels` holds device time by kernel, and each profiled step has `kernels: true`.
 
 First sightings: with MLX_PTX_CACHE_DIR set to an empty folder, each step also lists the CUDA modules
 MLX's JIT compiled during it (a new .ptx file there: 1-4 s of NVRTC each on the H200), and `stall`
@@ -93,6 +98,40 @@ def _step(engine, log: list[dict], began: float) -> list:
     return updates
 
 
+class KernelWindow:
+    """`steps` consecutive steps under CUPTI from `begin()` on (kernel_times.py); others run untouched."""
+
+    def __init__(self, steps: int) -> None:
+        self.left, self.open, self.times = steps, None, None
+
+    def begin(self) -> None:
+        if self.left > 0 and self.open is None and self.times is None:
+            import mlx.core as mx
+            from kernel_times import KernelTimes  # scripts/, the script's own folder, is on sys.path
+
+            mx.synchronize()  # the window holds only its own steps' kernels
+            self.open = KernelTimes().__enter__()
+
+    def after_step(self, log: list[dict]) -> None:
+        if self.open is None:
+            return
+        log[-1]["kernels"] = True
+        self.left -= 1
+        if self.left == 0:
+            import mlx.core as mx
+
+            mx.synchronize()
+            self.open.__exit__(None, None, None)
+            self.open, self.times = None, self.open
+            print(self.times.table(), flush=True)
+
+    def result(self, log: list[dict]) -> dict:
+        if self.times is None:
+            return {}
+        profiled = [s["ms"] for s in log if s.get("kernels")]
+        return {"kernels": self.times.summary() | {"steps": len(profiled), "step_ms": profiled}}
+
+
 def stall(args: argparse.Namespace) -> dict:
     engine = _engine(args.weights, args.rows + 1, args.ctx)
     vocab = engine._tokenizer.vocab_size
@@ -102,7 +141,8 @@ def stall(args: argparse.Namespace) -> dict:
 
     def submit(tokens: int = 128) -> None:  # replies of different lengths and kinds, so rows come and go
         nonlocal count
-        engine.submit(_job(f"r{count}", tokens, 24 + 11 * (count % 7), vocab, kind=count))
+        length = args.row_tokens or 24 + 11 * (count % 7)
+        engine.submit(_job(f"r{count}", tokens, length, vocab, kind=0 if args.row_tokens else count))
         count += 1
 
     for _ in range(args.rows):
@@ -110,8 +150,11 @@ def stall(args: argparse.Namespace) -> dict:
     log: list[dict] = []
     began = time.perf_counter()
 
+    window = KernelWindow(args.kernels)
+
     def step() -> list:
         updates = _step(engine, log, began)
+        window.after_step(log)
         for u in updates:
             if u.finish is not None and u.job_id != "long":
                 submit(64 + 32 * (count % 3))
@@ -121,7 +164,10 @@ def stall(args: argparse.Namespace) -> dict:
         step()
     engine.submit(_job("long", args.prompt_tokens, 8, vocab))
     first = None
+    long_row = next(r for r in engine._slots if r is not None and r.job.job_id == "long")
     while first is None:
+        if long_row.fed >= args.kernels_at * args.prompt_tokens:
+            window.begin()
         if any(u.job_id == "long" and u.new_tokens for u in step()):
             first = time.perf_counter() - began
     for _ in range(args.after):
@@ -134,7 +180,7 @@ def stall(args: argparse.Namespace) -> dict:
         "long_first_token_s": first,
         "prefill_steps_ms": beside,
         "decode_median_ms": _median(alone),
-    }
+    } | window.result(log)
 
 
 def decode(args: argparse.Namespace) -> dict:
@@ -148,10 +194,14 @@ def decode(args: argparse.Namespace) -> dict:
     began = time.perf_counter()
     while sum(1 for row in engine._slots if row is not None and row.ready) < args.rows:
         _step(engine, [], began)
-    for _ in range(args.steps):
+    window = KernelWindow(args.kernels)
+    for i in range(args.steps):
+        if i == args.steps - args.kernels:
+            window.begin()
         _step(engine, log, began)
+        window.after_step(log)
     engine.close()
-    return {"steps": log, "decode_median_ms": _median([s["ms"] for s in log])}
+    return {"steps": log, "decode_median_ms": _median([s["ms"] for s in log])} | window.result(log)
 
 
 def _median(values: list[float]) -> float:
@@ -170,6 +220,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="decode: steps timed")
     parser.add_argument("--before", type=int, default=20, help="stall: decode steps logged before the prompt")
     parser.add_argument("--after", type=int, default=20, help="stall: steps logged after its first token")
+    parser.add_argument(
+        "--row-tokens",
+        type=int,
+        default=0,
+        help="stall: each reply's length, greedy (0: short replies of five kinds, replaced as they end)",
+    )
+    parser.add_argument("--kernels", type=int, default=0, help="steps to record kernel by kernel (CUDA)")
+    parser.add_argument(
+        "--kernels-at", type=float, default=0.9, help="stall: share of the long prompt in before recording"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     random.seed(0)

@@ -1,0 +1,84 @@
+"""scripts/kernel_times.py (every CUDA kernel of a window, through CUPTI) and the window profile_steps.py
+opens over a run of steps. CUPTI itself runs only on the H200 machine: here the events are given."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from tests.bench.test_profile_scripts import SCRIPTS, _load
+
+
+@pytest.fixture
+def kernel_times(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # profile_steps imports it as its sibling
+    return _load("kernel_times")
+
+
+def _event(name: str, ts: float, dur: float) -> dict:
+    return {"name": name, "cat": "kernel", "ts": ts, "dur": dur}
+
+
+def test_a_kernel_is_named_without_its_parameters_but_with_its_template(kernel_times):
+    short = kernel_times.short_name
+    assert (
+        short("void mlx::core::cu::gather<float, int, 2>(const float*, int)")
+        == "mlx::core::cu::gather<float, int, 2>"
+    )
+    assert (
+        short("void cutlass::Kernel2<gemm_bf16_128x2_tn>(Params)") == "cutlass::Kernel2<gemm_bf16_128x2_tn>"
+    )
+    assert short("cudnn_generated_sdpa_kernel0_0") == "cudnn_generated_sdpa_kernel0_0"
+
+
+def test_busy_time_counts_overlapping_kernels_once_and_kernels_are_summed_by_name(kernel_times):
+    times = kernel_times.KernelTimes()
+    times.events = [
+        _event("void a<1>(int)", 0, 10),
+        _event("void a<1>(float)", 5, 10),  # overlaps the first: busy 0-15
+        _event("void b(int)", 20, 4),  # an idle gap of 5 before it
+    ]
+    assert times.busy_us() == 19
+    rows = times.by_kernel()
+    assert [(r["kernel"], r["calls"], r["total_ms"]) for r in rows] == [("a<1>", 2, 0.02), ("b", 1, 0.004)]
+    assert rows[0]["mean_us"] == 10
+    table = times.table()
+    assert table.splitlines()[0] == "3 device events, busy 0.02 ms of a 0.02 ms span"
+    assert "a<1>" in table.splitlines()[1]
+
+
+def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times, monkeypatch):
+    opened = []
+
+    class FakeTimes:
+        def __enter__(self):
+            opened.append(self)
+            self.closed = False
+            return self
+
+        def __exit__(self, *exc):
+            self.closed = True
+
+        def table(self):
+            return "table"
+
+        def summary(self):
+            return {"busy_ms": 1.0}
+
+    monkeypatch.setitem(sys.modules, "kernel_times", SimpleNamespace(KernelTimes=FakeTimes))
+    monkeypatch.setitem(sys.modules, "mlx.core", SimpleNamespace(synchronize=lambda: None))
+    import mlx
+
+    monkeypatch.setattr(mlx, "core", sys.modules["mlx.core"], raising=False)
+    window = _load("profile_steps").KernelWindow(2)
+    log: list[dict] = []
+    for i in range(5):
+        if i >= 1:
+            window.begin()  # asked every step once the condition holds: opens once, records 2 steps
+        log.append({"ms": float(i)})
+        window.after_step(log)
+    assert len(opened) == 1 and opened[0].closed
+    assert [s.get("kernels", False) for s in log] == [False, True, True, False, False]
+    assert window.result(log)["kernels"] == {"busy_ms": 1.0, "steps": 2, "step_ms": [1.0, 2.0]}
