@@ -47,6 +47,7 @@ from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, check_prompt, plan_prefill
 from kinfer.engines.mlx.sampling import needs_penalties, push_history, sample
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, reset_row
 from kinfer.engines.mlx.step_timer import NO_TIMER, NoTimer
@@ -371,7 +372,10 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         # beside decoding rows, the prompt tokens that fit the step time budget (prefill_budget.py)
         burst = self._clock.budget.burst(len(filling), len(decoding))
         room = self._clock.budget.room(self.plan.prefill_chunk, bool(decoding), burst=burst)
-        passes = plan_prefill(filling, room, ladder=self._pad_decode)
+        # past SHORT_CONTEXT keys beside decoding rows (CUDA), a prompt's chunks keep the warm-up's shape
+        untimed = self._pad_decode and bool(decoding) and not self._clock.budget.timed
+        long_chunk = LONG_CONTEXT_QUERIES if untimed and room >= LONG_CONTEXT_QUERIES else None
+        passes = plan_prefill(filling, room, ladder=self._pad_decode, long_chunk=long_chunk)
         self._step_prefill = sum(p.tokens for p in passes)
         if decoding:
             self._clock.budget.took(self._step_prefill, room)

@@ -15,6 +15,7 @@ import numpy as np
 
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob, JobUpdate
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.logits import LogprobRows, bias_table
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
@@ -201,7 +202,9 @@ class PrefillPass:
         )
 
 
-def plan_prefill(rows: list[Row], budget: int, *, ladder: bool = False) -> list[PrefillPass]:
+def plan_prefill(
+    rows: list[Row], budget: int, *, ladder: bool = False, long_chunk: int | None = None
+) -> list[PrefillPass]:
     """This step's prompt chunks within `budget` tokens, first come first served.
 
     Every pass costs the host a whole forward pass, so waiting prompts share as few passes as they can:
@@ -212,10 +215,18 @@ def plan_prefill(rows: list[Row], budget: int, *, ladder: bool = False) -> list[
     left, in a pass of its own.
     `ladder` (CUDA, shape_buckets): a padded pass's length is padded on up to the bucket ladder, and a
     chunk cut short by the budget is cut to a ladder size, so passes come in a few shapes; a prompt
-    longer than the budget takes its odd piece first (`odd_first`)."""
-    # a pass per key: (power-of-two bucket, True) padded, or (chunk, False) unpadded
-    members: dict[tuple[int, bool], list[tuple[Row, int]]] = {}
-    lengths: dict[tuple[int, bool], int] = {}
+    longer than the budget takes its odd piece first (`odd_first`).
+    `long_chunk` (CUDA, beside decoding rows): a row whose chunk attends past SHORT_CONTEXT keys takes
+    exactly that many tokens (or its whole rest, if shorter), in a pass of its own, or waits a step:
+    the warm-up ran that one shape at every key bucket (cuDNN's plan and the compiled pass's trace,
+    warm_up.py), and a call there costs the same from 128 to 1,024 queries. A burst's larger share or
+    the budget's edge cut it to other lengths, each a first sighting at each key bucket, while the
+    burst's own prompts waited behind it: on the H200, replies ending and new ones arriving beside a
+    30,000-token prompt (qwen3-0.6b, 16 rows), 20-23 steps over 60 ms (the largest 152-205 ms) before,
+    7-9 (86-109 ms) with this."""
+    # a pass per key: (power-of-two bucket, True) padded, (chunk, False) unpadded, or a long row's own
+    members: dict[tuple, list[tuple[Row, int]]] = {}
+    lengths: dict[tuple, int] = {}
     spent = 0
 
     def cut(room: int) -> int:
@@ -223,6 +234,14 @@ def plan_prefill(rows: list[Row], budget: int, *, ladder: bool = False) -> list[
 
     for row in rows:
         whole = row.next_chunk()
+        if long_chunk and whole > 0 and bucket(row.fed + min(whole, long_chunk)) > SHORT_CONTEXT:
+            chunk = min(whole, long_chunk)
+            if members and spent + chunk > budget:
+                continue  # no cut to fit: the next step takes it whole
+            spent += chunk
+            lengths[chunk, False, row.slot] = chunk
+            members[chunk, False, row.slot] = [(row, chunk)]
+            continue
         chunk = whole if members or whole <= budget else odd_first(whole, budget) if ladder else budget
         if chunk <= 0:
             continue

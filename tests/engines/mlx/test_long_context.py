@@ -151,3 +151,48 @@ def test_a_prompt_past_the_short_context_in_chunks_reads_mlx_lms_tokens(
     results = run_jobs(engine, [job("long", prompt, max_tokens=8)])
     assert taken  # its last chunks went this way
     assert readable(results["long"].text) == mlx_lm_greedy(path, prompt, 8)[1]
+
+
+def test_beside_decoding_rows_a_long_prompts_chunks_keep_one_length_while_a_burst_arrives(
+    tiny_models, tmp_path, make_mlx, padded, monkeypatch
+):
+    """CUDA's untimed budget (forced here): past SHORT_CONTEXT the long prompt's chunks stay 256 tokens
+    (the warm-up's shape) while a burst's prompts take the rest of the step's share, and every reply
+    still reads mlx-lm's greedy tokens."""
+    from kinfer.engines.mlx import engine as engine_module
+
+    path = trained_longer(tiny_models["qwen3"], tmp_path)
+    engine = make_mlx(path, rows=9, ctx=8000, prefill_chunk=2048, warm_up=False)
+    monkeypatch.setattr(engine._clock.budget, "timed", False)
+    planned = []
+    real_plan = engine_module.plan_prefill
+
+    def plan(rows, budget, **kw):
+        passes = real_plan(rows, budget, **kw)
+        planned.extend(
+            (r.job.job_id, r.fed, c) for p in passes for r, c in zip(p.rows, p.chunks, strict=True)
+        )
+        return passes
+
+    monkeypatch.setattr(engine_module, "plan_prefill", plan)
+    prompt = engine.tokenize(chat(" ".join(f"item {i}," for i in range(900))))
+    short = [engine.tokenize(chat(f"question {i}")) for i in range(8)]
+    streaming = [job(f"s{i}", short[i], max_tokens=40, ignore_eos=True) for i in range(2)]
+    burst = [job(f"b{i}", short[2 + i], max_tokens=4) for i in range(6)]
+
+    def arrive(step: int, results) -> None:
+        if step in (12, 16):  # the long prompt is past SHORT_CONTEXT by then (256 tokens a step)
+            for j in burst[:3] if step == 12 else burst[3:]:
+                engine.submit(j)
+
+    results = run_jobs(engine, [*streaming, job("long", prompt, max_tokens=6)], on_step=arrive)
+    deep = [
+        (fed, chunk)
+        for job_id, fed, chunk in planned
+        if job_id == "long" and bucket(fed + chunk) > SHORT_CONTEXT
+    ]
+    assert deep and all(chunk == 256 or fed + chunk == len(prompt) - 1 for fed, chunk in deep)
+    assert any(job_id.startswith("b") for job_id, _, _ in planned)  # the burst was prefilled beside it
+    assert readable(results["long"].text) == mlx_lm_greedy(path, prompt, 6)[1]
+    for j in [*streaming, *burst]:
+        assert readable(results[j.job_id].text) == mlx_lm_greedy(path, j.prompt, j.max_tokens)[1]

@@ -3,6 +3,7 @@ host a whole forward pass, so waiting prompts share as few as they can."""
 
 from __future__ import annotations
 
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.rows import Row, odd_first, plan_prefill
 from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor
 from tests.engines.driver import job
@@ -95,3 +96,41 @@ def test_the_ladder_never_pads_past_a_rows_context():
     (near_end,) = rows(CTX, fed=CTX - 18)  # 17 prompt tokens left, 18 positions: bucket(17) = 20 won't fit
     (only,) = plan_prefill([near_end], 1000, ladder=True)
     assert only.chunks == [17] and near_end.fed + only.length <= CTX
+
+
+def long_rows(*lengths: int, fed: int) -> list[Row]:
+    made = []
+    for i, length in enumerate(lengths):
+        row = Row(i, job(f"long{i}", [1] * length), i, 40_960, lambda t: b"")
+        row.fed = fed
+        made.append(row)
+    return made
+
+
+def test_beside_decoding_rows_a_chunk_past_the_short_context_keeps_the_warm_ups_length():
+    """CUDA, untimed: a burst's larger share (here 4 x 256) goes to the burst's own prompts; the long
+    prompt's chunk stays the one length the warm-up ran at every key bucket, in a pass of its own."""
+    (deep,) = long_rows(30_000, fed=SHORT_CONTEXT * 4)
+    burst = rows(100, 120, 90)
+    passes = plan_prefill([deep, *burst], 1024, ladder=True, long_chunk=256)
+    (own,) = [p for p in passes if deep in p.rows]
+    assert own.rows == [deep] and own.chunks == [256] and own.length == 256
+    assert sorted(r.order for p in passes for r in p.rows if r is not deep) == [0, 1, 2]
+    # without it (before) the long row took the odd piece of the burst's share: a length the warm-up
+    # never ran past the short context
+    before = plan_prefill([deep, *burst], 1024, ladder=True)
+    taken = [c for p in before for r, c in zip(p.rows, p.chunks, strict=True) if r is deep]
+    assert taken == [odd_first(deep.next_chunk(), 1024)] != [256]
+
+
+def test_a_long_chunk_is_never_cut_to_fit_the_budgets_edge_and_its_last_piece_is_its_rest():
+    (deep,) = long_rows(30_000, fed=20_000)
+    first = rows(200)
+    (only,) = plan_prefill([*first, deep], 256, ladder=True, long_chunk=256)
+    assert only.rows == first  # 56 tokens left: the long row waits a step rather than take a sliver
+    (tail,) = long_rows(20_100, fed=20_000)  # 99 tokens to prefill
+    (last,) = plan_prefill([tail], 256, ladder=True, long_chunk=256)
+    assert last.chunks == [99] and last.length == 99
+    (early,) = long_rows(30_000, fed=1_000)  # still inside the short context: the ladder's rules
+    (p,) = plan_prefill([early], 1024, ladder=True, long_chunk=256)
+    assert p.chunks == [odd_first(30_000 - 1 - 1_000, 1024)]  # 327: not held to 256
