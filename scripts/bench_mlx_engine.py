@@ -15,7 +15,10 @@ prefill). Peak memory is MLX's peak for the run.
 --breakdown (kinfer only) adds the mean host milliseconds per decode step over the same window, by
 phase (kinfer/engines/mlx/step_timer.py): build (Python building the lazy graph), launch (inside
 mx.async_eval: MLX encoding and launching it), wait (the host waiting on the device for the previous
-step's tokens), other (bookkeeping, stop checks, detokenizing); they add up to the step's total.
+step's tokens), other (bookkeeping, stop checks, detokenizing); they add up to the step's total. On
+CUDA it adds `gpu`: the device's busy ms per decode step (kernels, copies and memsets, overlaps once),
+recorded through CUPTI over 32 decode steps in a run apart (scripts/kernel_times.py; needs torch, which
+the H200 machine has): the step is host-bound where `gpu` is under `total`.
 --ops (kinfer only) counts the primitives of one decode step's graph in a short run apart
 (kinfer/engines/mlx/graph_ops.py; "per layer" is the step's count over the layers). --compiled-step
 on|off and --fuse-projections auto|on|off set those engine switches (the mlx_compiled_step and
@@ -225,19 +228,57 @@ def bench_kinfer(
         engine.step_timer = timer
     seconds, counted, first = run(tokens)
     peak = engine._peaks.recent()
+    engine.step_timer = NO_TIMER
+    device_ms = device_ms_per_step(engine, prompts) if breakdown else None
     engine.close()
     result = {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak, "all_started_s": first}
     if breakdown:
-        result["breakdown_ms"] = timer.mean_ms()
+        result["breakdown_ms"] = timer.mean_ms() | ({"gpu": device_ms} if device_ms is not None else {})
         result["decode_s"] = seconds
     if ops:
         result["ops"] = {"per_step": counter.mean(), "layers": layers, "by_name": counter.by_name()}
     return result
 
 
+def device_ms_per_step(engine, prompts: list[list[int]], steps: int = 32) -> float | None:
+    """The device's busy ms per decode step (CUDA, through CUPTI: kernel_times.py), over `steps` steps
+    of every row decoding, in a run apart (the profiler slows the host). None off CUDA or without
+    torch."""
+    from kinfer.engines.base import GenerationJob
+    from kinfer.engines.mlx import kernels
+    from kinfer.protocol import Sampling
+
+    if not kernels.on_cuda_gpu():
+        return None
+    try:
+        from kernel_times import KernelTimes  # scripts/, this script's folder
+    except ImportError:
+        return None
+    for i, p in enumerate(prompts):
+        job = GenerationJob(
+            f"g{i}", tuple(p), Sampling(temperature=0.0), max_tokens=steps + 16, ignore_eos=True
+        )
+        engine.submit(job)
+    started: set[str] = set()
+    while len(started) < len(prompts):
+        started.update(u.job_id for u in engine.step() if u.new_tokens)
+    mx.synchronize()
+    try:
+        with KernelTimes() as times:
+            for _ in range(steps):
+                engine.step()
+            mx.synchronize()
+    except ImportError:  # no torch here
+        times = None
+    while engine.has_work:
+        engine.step()
+    return times.busy_us() / 1000 / steps if times is not None else None
+
+
 def breakdown_line(cells: dict[str, float]) -> str:
-    """One row count's mean ms per decode step, by phase."""
-    return "  ".join(f"{key} {cells[key]:.3f}" for key in ("build", "launch", "wait", "other", "total")) + (
+    """One row count's mean ms per decode step, by phase (and the device's busy ms, where measured)."""
+    keys = ("build", "launch", "wait", "other", "total", "gpu")
+    return "  ".join(f"{key} {cells[key]:.3f}" for key in keys if key in cells) + (
         f"  ms/step over {int(cells['steps'])} steps"
     )
 
@@ -414,11 +455,13 @@ def main() -> int:
         print(f"| {row['size']} | {row['rows']} | {cells} | {ratio} |")
     if args.breakdown and "kinfer" in engines:
         print()
-        print("| model | rows | build ms | launch ms | wait ms | other ms | step ms | steps |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| model | rows | build ms | launch ms | wait ms | other ms | step ms | GPU busy ms | steps |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row in results["runs"]:
             b = row["kinfer"]["breakdown_ms"]
-            cells = " | ".join(f"{b[k]:.3f}" for k in ("build", "launch", "wait", "other", "total"))
+            cells = " | ".join(
+                f"{b[k]:.3f}" if k in b else "-" for k in ("build", "launch", "wait", "other", "total", "gpu")
+            )
             print(f"| {row['size']} | {row['rows']} | {cells} | {int(b['steps'])} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

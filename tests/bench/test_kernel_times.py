@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.bench.test_profile_scripts import SCRIPTS, _load
+from tests.engines.mlx.fixtures import *  # noqa: F403
 
 
 @pytest.fixture
@@ -82,3 +83,40 @@ def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times,
     assert len(opened) == 1 and opened[0].closed
     assert [s.get("kernels", False) for s in log] == [False, True, True, False, False]
     assert window.result(log)["kernels"] == {"busy_ms": 1.0, "steps": 2, "step_ms": [1.0, 2.0]}
+
+
+def test_the_engine_bench_reads_the_devices_busy_time_over_decode_steps_only(
+    tiny_qwen3, make_mlx, kernel_times, monkeypatch
+):
+    """bench_mlx_engine.py --breakdown's `gpu` column: CUPTI's window opens once every row decodes and
+    holds exactly the steps it divides by; the engine is left with no work. (CUPTI faked: a CPU.)"""
+    from kinfer.engines.mlx import kernels
+
+    engine = make_mlx(tiny_qwen3, rows=2)
+    stepped = []
+    real_step = engine.step
+
+    class FakeTimes:
+        def __enter__(self):
+            stepped.append("open")
+            return self
+
+        def __exit__(self, *exc):
+            stepped.append("close")
+
+        def busy_us(self):
+            return 3200.0
+
+    def step():
+        updates = real_step()
+        stepped.append("step")
+        return updates
+
+    monkeypatch.setattr(engine, "step", step)
+    monkeypatch.setattr(kernels, "on_cuda_gpu", lambda: True)
+    monkeypatch.setitem(sys.modules, "kernel_times", SimpleNamespace(KernelTimes=FakeTimes))
+    bench = _load("bench_mlx_engine")
+    assert bench.device_ms_per_step(engine, [[5, 6, 7], [8, 9]], steps=4) == 0.8
+    inside = stepped[stepped.index("open") + 1 : stepped.index("close")]
+    assert inside == ["step"] * 4 and stepped.index("open") >= 1  # the prompts' steps came before
+    assert not engine.has_work
