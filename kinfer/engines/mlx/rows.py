@@ -15,9 +15,9 @@ import numpy as np
 
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob, JobUpdate
-from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.logits import LogprobRows, bias_table
+from kinfer.engines.mlx.long_context import takes_long_path
 from kinfer.engines.mlx.sampling import SamplingBatch, make_batch, resolve_seed
 from kinfer.engines.mlx.shape_buckets import MIN_BUCKET, bucket, bucket_floor, decode_rows
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
@@ -234,7 +234,7 @@ def plan_prefill(
 
     for row in rows:
         whole = row.next_chunk()
-        if long_chunk and whole > 0 and bucket(row.fed + min(whole, long_chunk)) > SHORT_CONTEXT:
+        if long_chunk and whole > 0 and takes_long_path(1, row.fed + min(whole, long_chunk)):
             chunk = min(whole, long_chunk)
             if members and spent + chunk > budget:
                 continue  # no cut to fit: the next step takes it whole

@@ -3,10 +3,13 @@ host a whole forward pass, so waiting prompts share as few as they can."""
 
 from __future__ import annotations
 
+import pytest
+
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.rows import Row, odd_first, plan_prefill
 from kinfer.engines.mlx.shape_buckets import bucket, bucket_floor
 from tests.engines.driver import job
+from tests.engines.mlx.fixtures import *  # noqa: F403 (the `padded` fixture: the buckets on, as on CUDA)
 
 CTX = 512
 
@@ -107,6 +110,7 @@ def long_rows(*lengths: int, fed: int) -> list[Row]:
     return made
 
 
+@pytest.mark.usefixtures("padded")
 def test_beside_decoding_rows_a_chunk_past_the_short_context_keeps_the_warm_ups_length():
     """CUDA, untimed: a burst's larger share (here 4 x 256) goes to the burst's own prompts; the long
     prompt's chunk stays the one length the warm-up ran at every key bucket, in a pass of its own."""
@@ -123,6 +127,7 @@ def test_beside_decoding_rows_a_chunk_past_the_short_context_keeps_the_warm_ups_
     assert taken == [odd_first(deep.next_chunk(), 1024)] != [256]
 
 
+@pytest.mark.usefixtures("padded")
 def test_a_long_chunk_is_never_cut_to_fit_the_budgets_edge_and_its_last_piece_is_its_rest():
     (deep,) = long_rows(30_000, fed=20_000)
     first = rows(200)
