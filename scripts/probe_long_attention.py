@@ -9,6 +9,12 @@ head size 128, bf16: the qwen3-0.6b shape) for each form the engine could send:
   bool_padded    keys padded to the shape bucket, a boolean mask (what sdpa_buckets does today)
   bias_padded    the same mask as an additive bf16 array
   none_exact     the exact keys, no mask at all (the kernel's floor for this shape)
+  ops_bool_padded  MLX ops (attention_ops.py: two matrix products around a masked softmax), the padded
+                 keys and boolean mask: no flash attention, the [L, K] scores written and read
+  ops_bias_padded  the same with the additive mask
+  ops_addmm_padded the same with the mask added by the first product (`mx.addmm`: cuBLASLt's C input,
+                 no pass of its own over the scores) and the scale as its alpha: the engine's
+                 (attention_ops.attention_bias_in_product)
   gather         the row's K/V gathered out of a paged pool token row by token row
   gather_blocks  the same by 64-token blocks, as the engine does, then padded to the bucket
   gather_blocks_padded  the block table padded to the bucket instead (one copy fewer)
@@ -26,9 +32,11 @@ gather over the real keys): the forms are the same computation.
 
 `queued_ms` is throughput, not one call's time: independent calls in one MLX graph run concurrently on
 the GPU (a 256-query chunk's attention fills 64 of the H200's 132 SMs), so it read 0.26-0.30 ms for an
-attention call that takes 0.68 ms alone. `--kernels` times `bias_padded`'s kernel itself through CUPTI
-(kernel_times.py; torch on the machine): queued, one at a time with the GPU idle between calls, and on
-30x larger values (docs/benchmarks.md, "H200, second session of 2026-12-04").
+attention call that takes 0.68 ms alone. `--kernels` times the device work of the `--forms` named
+(default `bias_padded`: cuDNN's kernel) through CUPTI (kernel_times.py; torch on the machine): queued,
+one at a time with the GPU idle between calls, and for cuDNN on 30x larger values (docs/benchmarks.md,
+"H200, second session of 2026-12-04"); `--forms bias_padded,ops_bias_padded,ops_bool_padded` sets
+flash attention beside MLX's composition, whose time grows with the chunk where cuDNN's does not.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kinfer.engines.mlx import kernels, long_context, long_kv_copy
+from kinfer.engines.mlx.attention_ops import attention_bias_in_product, attention_ops
 from kinfer.engines.mlx.shape_buckets import bucket
 
 HEADS, KV_HEADS, DIM, BLOCK = 16, 8, 128, 64
@@ -123,6 +132,9 @@ def _forms(length: int, context: int) -> dict:
         "bias_padded": lambda: sdpa(q, kp, vp, scale=scale, mask=bias),
         "bias_padded_large": lambda: sdpa(q * 30, kp * 30, vp, scale=scale, mask=bias),
         "none_exact": lambda: sdpa(q, k, v, scale=scale),
+        "ops_bool_padded": lambda: attention_ops(q, kp, vp, scale, allowed),
+        "ops_bias_padded": lambda: attention_ops(q, kp, vp, scale, bias),
+        "ops_addmm_padded": lambda: attention_bias_in_product(q, kp, vp, scale, bias),
         "gather": gather,
         "gather_blocks": gather_blocks,
         "gather_blocks_padded": gather_blocks_padded,
@@ -133,33 +145,39 @@ def _forms(length: int, context: int) -> dict:
     return forms
 
 
-def _kernel_times(forms: dict, context: int, repeats: int) -> list[dict]:
-    """`bias_padded`'s kernels through CUPTI (kernel_times.py; torch on the machine), three ways: queued
-    back to back, one by one with the GPU idle 5 ms between calls, and on keys and values 30x larger
-    (a model's are not unit normal): whether the kernel's own time depends on how busy the GPU was
-    kept or on the values."""
+def _kernel_times(forms: dict, context: int, repeats: int, names: list[str]) -> list[dict]:
+    """Each named form's kernels through CUPTI (kernel_times.py; torch on the machine): device time per
+    call, all its kernels together, three ways: queued back to back, one by one with the GPU idle 5 ms
+    between calls, and (`bias_padded` only) on keys and values 30x larger (a model's are not unit
+    normal): whether a kernel's own time depends on how busy the GPU was kept or on the values."""
     from kernel_times import KernelTimes
 
-    fn = forms["bias_padded"]
     out = []
-    for way in ("queued", "spaced", "large"):
-        call = fn if way != "large" else forms["bias_padded_large"]
-        mx.eval(call())
-        mx.synchronize()
-        with KernelTimes() as times:
-            if way == "spaced":
-                for _ in range(repeats):
-                    mx.eval(call())
+    queries = forms["bias_padded"]().shape[2]
+    for name in names:
+        ways = ("queued", "spaced", "large") if name == "bias_padded" else ("queued", "spaced")
+        for way in ways:
+            call = forms["bias_padded_large" if way == "large" else name]
+            mx.eval(call())
+            mx.synchronize()
+            with KernelTimes() as times:
+                if way == "spaced":
+                    for _ in range(repeats):
+                        mx.eval(call())
+                        mx.synchronize()
+                        time.sleep(0.005)
+                else:
+                    mx.eval([call() for _ in range(repeats)])
                     mx.synchronize()
-                    time.sleep(0.005)
-            else:
-                mx.eval([call() for _ in range(repeats)])
-                mx.synchronize()
-        top = times.by_kernel()[0]
-        out.append({"context": context, "way": way, **top})
-        calls = f"{top['calls']:3d} x {top['mean_us']:8.1f} us"
-        queries = forms["bias_padded"]().shape[2]
-        print(f"context {context:>6}  chunk {queries:>4}  {way:<7} {calls}  {top['kernel'][:70]}")
+            kernels_seen = times.by_kernel()
+            per_call_us = sum(k["total_ms"] for k in kernels_seen) * 1000 / repeats
+            top = kernels_seen[0]
+            out.append({"context": context, "form": name, "way": way, "per_call_us": per_call_us, **top})
+            print(
+                f"context {context:>6}  chunk {queries:>4}  {name:<16} {way:<7} {per_call_us:9.1f} us a call"
+                f"  (top: {top['calls']:3d} x {top['mean_us']:8.1f} us {top['kernel'][:50]})",
+                flush=True,
+            )
     return out
 
 
@@ -184,7 +202,8 @@ def main() -> None:
     parser.add_argument("--contexts", default="8192,16384,30000,49152")
     parser.add_argument("--lengths", default="256,1024")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--kernels", action="store_true", help="bias_padded's kernel time only (CUPTI)")
+    parser.add_argument("--kernels", action="store_true", help="device time of --forms only (CUPTI)")
+    parser.add_argument("--forms", default="bias_padded", help="with --kernels: the forms to time")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     print(f"MLX {mx.__version__} on {mx.default_device()}", flush=True)
@@ -192,7 +211,8 @@ def main() -> None:
     if args.kernels:
         for context in [int(c) for c in args.contexts.split(",")]:
             for length in [int(n) for n in args.lengths.split(",")]:
-                timed = _kernel_times(_forms(length, context), context, args.repeats)
+                names = args.forms.split(",")
+                timed = _kernel_times(_forms(length, context), context, args.repeats, names)
                 results += [{"length": length} | r for r in timed]
         if args.json:
             args.json.write_text(json.dumps({"mlx": mx.__version__, "kernels": results}, indent=1))

@@ -1,7 +1,20 @@
-"""One row's prompt chunk over a long context, on CUDA: its keys and values in one copy each.
+"""One row's prompt chunk over a long context, on CUDA: whose attention, its keys and values in one copy
+each.
 
-Past `attention_ops.SHORT_CONTEXT` keys a chunk's attention is cuDNN's, on the row's whole context
-as [1, kv heads, K, dim] arrays padded to the key bucket (sdpa_buckets.py). Gathered by blocks out of
+Past `attention_ops.SHORT_CONTEXT` keys a chunk attends to the row's whole context as [1, kv heads, K,
+dim] arrays padded to the key bucket (sdpa_buckets.py). Its attention is MLX's composition
+(attention_ops.py) while the [rows, heads, L, K] scores fit OPS_SCORES_MAX, else cuDNN's flash
+attention. On the H200 one cuDNN call walks every key once per (head, 64-query tile), so a long
+prompt's 256-query chunk beside decoding rows leaves most SMs idle: qwen3-0.6b's shape at 28,672 keys,
+0.68 ms a call for 256 queries against the composition's 0.41 with its mask added by the first
+product (0.65 against 1.16 ms at 49,152; `scripts/probe_long_attention.py --kernels`). Through HTTP,
+16 rows streaming beside a 30,000-token prompt (the composition with its mask's own pass, 0.59 ms):
+their largest gap 42-43 ms against 59-61, the prompt's first token unchanged (docs/benchmarks.md, "H200,
+third session of 2026-12-04"). The composition's time grows with the chunk
+where cuDNN's does not (128 queries: 0.32 ms, 512: 1.12 at 28,672 keys), so prompts alone, in
+2,048-token chunks, keep cuDNN: their scores would not fit.
+
+Gathered by blocks out of
 the paged pool (kv.py) that took three copies of the context per layer, for keys and for values: the
 blocks, their [heads, positions] transpose, and the padding to the bucket; on the H200 a 30,000-token
 context cost 0.44 ms per copy set (`scripts/probe_long_attention.py`), 24 ms a step for qwen3-0.6b's
@@ -27,6 +40,18 @@ from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.shape_buckets import bucket
 
 copy_kernel: bool | None = None  # long_kv_copy's kernel: None = on a CUDA GPU (tests flip it)
+
+OPS_SCORES_MAX = 512 << 20  # bytes of one pass's bf16 scores the composition may write (2 live at once)
+
+
+def scores_bytes(rows: int, heads: int, queries: int, keys: int) -> int:
+    """The composition's [rows, heads, queries, keys] score matrix, in bf16."""
+    return 2 * rows * heads * queries * keys
+
+
+def ops_fit(rows: int, heads: int, queries: int, keys: int) -> bool:
+    """Whether a long chunk's attention (keys padded: a bucket) runs as MLX's composition."""
+    return scores_bytes(rows, heads, queries, keys) <= OPS_SCORES_MAX
 
 
 def takes_long_path(batch: int, end: int) -> bool:

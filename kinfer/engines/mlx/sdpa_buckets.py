@@ -12,10 +12,12 @@ So on CUDA (`shape_buckets.enabled()`) every prefill attention call is padded to
 power of two, query and key lengths to `shape_buckets.bucket` (a quarter octave: <= 25 % padding, four
 sizes per doubling). Padded keys are masked out and padded queries / rows are sliced off, so the real
 rows' results are the same attention over the same keys. Up to `attention_ops.SHORT_CONTEXT` keys the
-padded call runs as MLX's own ops instead of cuDNN (no plan per shape at all); past it, cuDNN's flash
-attention, with its plan per (bucketed) shape, and queries padded to at least `LONG_CONTEXT_QUERIES`:
-a long prompt's chunks beside decoding rows are that long, its last one shorter, so past
-`SHORT_CONTEXT` a chunk meets one plan per key bucket, which the warm-up builds at load (warm_up.py).
+padded call runs as MLX's own ops instead of cuDNN (no plan per shape at all); past it, with queries
+padded to at least `LONG_CONTEXT_QUERIES`, MLX's ops again while the scores fit
+(`long_context.ops_fit`: they beat cuDNN's flash attention at a long prompt's short chunks), else
+cuDNN, with its plan per (bucketed) shape: a long prompt's chunks beside decoding rows are that long,
+its last one shorter, so past `SHORT_CONTEXT` a chunk meets one shape per key bucket, which the
+warm-up runs at load (warm_up.py).
 Left to serving, qwen3-0.6b's 30,000-token prompt beside 16 streaming rows (H200) met cuDNN's first
 plan at 4,096 keys in a 780 ms step and each later key bucket in a 75-100 ms one (median step 5.8 ms).
 Masks become explicit boolean arrays whenever padding would move a causal mask's diagonal; past
@@ -32,7 +34,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT, attention_ops
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT, attention_bias_in_product, attention_ops
+from kinfer.engines.mlx.long_context import ops_fit
 from kinfer.engines.mlx.shape_buckets import bucket, row_bucket
 from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 
@@ -146,8 +149,18 @@ def _real_mask(mask: str | mx.array | None, length: int, context: int) -> mx.arr
 
 
 def _sdpa(queries, keys, values, scale, mask, sinks):
-    if keys.shape[2] <= SHORT_CONTEXT:  # MLX's own ops: no cuDNN plan per shape (attention_ops.py)
-        return attention_ops(queries, keys, values, scale, mask, sinks)
+    batch, heads, length, _ = queries.shape
+    context = keys.shape[2]
+    long_ops = context > SHORT_CONTEXT and ops_fit(batch, heads, length, context)
+    if long_ops and sinks is None and _one_bias_for_every_head(mask):
+        return attention_bias_in_product(queries, keys, values, scale, mask)  # the mask in the product
+    if context <= SHORT_CONTEXT or long_ops:
+        return attention_ops(queries, keys, values, scale, mask, sinks)  # no cuDNN plan per shape
     if sinks is None:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask, sinks=sinks)
+
+
+def _one_bias_for_every_head(mask) -> bool:
+    """An additive mask shared by the heads ([.., 1, L, K]): what `_cudnn_mask` makes past SHORT_CONTEXT."""
+    return isinstance(mask, mx.array) and mask.dtype != mx.bool_ and (mask.ndim < 3 or mask.shape[-3] == 1)

@@ -8,9 +8,12 @@ from typing import Any
 
 import mlx.core as mx
 
+from kinfer.engines.mlx import long_context, shape_buckets
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK, PagedLayer
 from kinfer.engines.mlx.memory import gpu_memory
 from kinfer.engines.mlx.prefix import STATE_BYTES
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.state import StateLedger, StateSlots
 from kinfer.errors import EngineFailure, InvalidRequest
 from kinfer.store.model_shape import shape_from_config
@@ -66,9 +69,15 @@ def plan_layers(model, model_type: str) -> list[PagedLayer | StateSlots]:
     return layers
 
 
+def query_heads(config: dict[str, Any]) -> int:
+    """The attention layers' query heads (a multimodal config's text model's)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return int(text.get("num_attention_heads") or 1)
+
+
 def _kv_bytes_per_token(config: dict[str, Any], attention_layers: int) -> int:
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    heads = text.get("num_attention_heads") or 1
+    heads = query_heads(config)
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
     dtype = config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"
@@ -136,7 +145,7 @@ def plan_size(
             "(num_ctx / --ctx) or fewer rows"
         )
     pool_state = STATE_BYTES
-    scratch = _scratch_bytes(config, chunk, rows)
+    scratch = _scratch_bytes(config, chunk, rows) + _long_scores_bytes(config, ctx, chunk)
     room = None  # bytes the budget leaves for the rows' KV and state (None: no budget)
     if budget > 0:
         cache_limit = min(cache_limit, int(budget * CACHE_SHARE))
@@ -199,6 +208,16 @@ def _blocks(rows: int, ctx: int, prefix_cache: bool) -> int:
     row_blocks = (ctx + BLOCK - 1) // BLOCK
     blocks = rows * row_blocks
     return blocks + max(row_blocks, blocks // 4) if prefix_cache else blocks
+
+
+def _long_scores_bytes(config: dict[str, Any], ctx: int, chunk: int) -> int:
+    """On CUDA, a chunk past SHORT_CONTEXT keys written as MLX's composition (long_context.py): its
+    scores and their softmax, at most OPS_SCORES_MAX each (a larger chunk is cuDNN's, which writes none)."""
+    keys = shape_buckets.bucket(ctx)
+    if not shape_buckets.enabled() or keys <= SHORT_CONTEXT:
+        return 0
+    largest = long_context.scores_bytes(1, query_heads(config), max(chunk, LONG_CONTEXT_QUERIES), keys)
+    return 2 * min(largest, long_context.OPS_SCORES_MAX)
 
 
 def _scratch_bytes(config: dict[str, Any], chunk: int, rows: int) -> int:

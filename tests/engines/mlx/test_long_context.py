@@ -196,3 +196,10 @@ def test_beside_decoding_rows_a_long_prompts_chunks_keep_one_length_while_a_burs
     assert readable(results["long"].text) == mlx_lm_greedy(path, prompt, 6)[1]
     for j in [*streaming, *burst]:
         assert readable(results[j.job_id].text) == mlx_lm_greedy(path, j.prompt, j.max_tokens)[1]
+
+
+def test_the_composition_takes_a_long_chunk_while_its_scores_fit():
+    # qwen3-0.6b's 16 heads: a 256-query chunk's scores at 65,536 keys are 512 MiB; a prompt alone, in
+    # 2,048-token chunks, keeps cuDNN from 8,192 keys on
+    assert long_context.ops_fit(1, 16, 256, 65536) and not long_context.ops_fit(1, 16, 256, 65536 + 64)
+    assert long_context.ops_fit(1, 16, 2048, 8192) and not long_context.ops_fit(1, 16, 2048, 10240)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.prefix import STATE_BYTES
+from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.sizing import plan_size
 from kinfer.errors import InvalidRequest
 from kinfer.store.model_shape import shape_from_config
+from tests.engines.mlx.fixtures import padded  # noqa: F401
 
 GIB = 1 << 30
 WEIGHTS = int(1.6 * GIB)
@@ -83,3 +87,20 @@ def test_what_the_budget_cannot_hold_is_refused():
         plan(budget=GIB)  # not even the weights
     with pytest.raises(InvalidRequest, match="memory budget"):
         plan(budget=3 * GIB, ctx=262144)  # one row of the whole train context
+
+
+@pytest.mark.usefixtures("padded")
+def test_on_cuda_the_scratch_holds_a_long_chunks_scores_where_the_composition_writes_them():
+    # past SHORT_CONTEXT a chunk whose scores fit 512 MiB is MLX's composition (long_context.py): its
+    # bf16 scores and their softmax live at once; a larger one is cuDNN's
+    on = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES)
+    wide = plan(budget=0, ctx=32768, prefill_chunk=2048)
+    short = plan(budget=0, ctx=SHORT_CONTEXT, prefill_chunk=LONG_CONTEXT_QUERIES)
+    shape_buckets.set_enabled(False)
+    off = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES)
+    assert on.scratch_bytes - off.scratch_bytes == 2 * 2 * 8 * LONG_CONTEXT_QUERIES * 32768  # 8 heads
+    assert wide.scratch_bytes - plan(budget=0, ctx=32768, prefill_chunk=2048).scratch_bytes == 2 * (512 << 20)
+    assert (
+        short.scratch_bytes
+        == plan(budget=0, ctx=SHORT_CONTEXT, prefill_chunk=LONG_CONTEXT_QUERIES).scratch_bytes
+    )
