@@ -34,8 +34,6 @@ import os
 import platform
 import random
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,26 +44,10 @@ from pathlib import Path
 
 import httpx
 import psutil
+from load_test_clients import DIALECTS, PROMPTS, ClientResult, reference, run_client
 
-PROMPTS = (
-    "Name three fruits.",
-    "What is 2 + 2?",
-    "Say hello in French.",
-    "What colour is the sky?",
-    "Write one sentence about the sea.",
-    "What is the capital of Italy?",
-    "Name a planet.",
-    "Give me a number between 1 and 10.",
-    "What do bees make?",
-    "Describe a cat in five words.",
-    "What is the opposite of hot?",
-    "Name a musical instrument.",
-    "How many legs does a spider have?",
-    "What is water made of?",
-    "Suggest a name for a dog.",
-    "What season comes after winter?",
-)
-DIALECTS = ("openai", "ollama")
+from kinfer.bench.servers import start_kinfer
+
 SETTLE_S = 60.0
 RSS_SLACK_BYTES = 64 * 1024 * 1024
 RSS_SLACK_RATIO = 0.15
@@ -73,23 +55,6 @@ RSS_SLACK_RATIO = 0.15
 ROUND_RSS_SLACK_BYTES = 32 * 1024 * 1024
 ROUND_RSS_SLACK_RATIO = 0.05
 HANG_UP_WINDOW_S = (0.01, 2.0)  # when an early hang-up happens, after the request is sent
-
-
-@dataclass
-class ClientResult:
-    index: int
-    dialect: str
-    prompt: int
-    leave_after: int | None  # content chunks to read before closing; None = stay to the end
-    leave_at_s: float | None = None  # hang up this long after sending, wherever the request is by then
-    status: int = 0
-    text: str = ""
-    finish: str | None = None
-    left: bool = False
-    error: str | None = None
-    first_token_s: float | None = None
-    total_s: float = 0.0
-    chunks: int = 0
 
 
 @dataclass
@@ -147,180 +112,6 @@ class Report:
         return not self.failures
 
 
-# ---- the server ------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(home: Path, port: int, parallel: int, ctx: int, log_path: Path) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "KINFER_HOME": str(home),
-        "OLLAMA_MODELS": str(home / "no-ollama"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "kinfer",
-        "--headless",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--parallel",
-        str(parallel),
-        "--ctx",
-        str(ctx),
-        "--keep-alive=-1",
-    ]
-    log = log_path.open("w")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
-def wait_for_health(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with status {process.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("the server did not answer /health")
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """Sum of `name` over the series whose labels include `labels` (0 when absent)."""
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if match:
-            found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-            if all(found.get(k) == v for k, v in labels.items()):
-                total += float(match.group(2))
-    return total
-
-
-def rss(process: subprocess.Popen) -> int:
-    return psutil.Process(process.pid).memory_info().rss
-
-
-# ---- the clients -----------------------------------------------------------------------------------
-
-
-def request_for(dialect: str, prompt: str, max_tokens: int, stream: bool) -> tuple[str, dict]:
-    messages = [{"role": "user", "content": prompt}]
-    if dialect == "openai":
-        return "/v1/chat/completions", {
-            "model": "smollm2",
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": max_tokens,
-            "stream": stream,
-        }
-    # the same sampling as the OpenAI request (Ollama's default repeat penalty is 1.1)
-    options = {"temperature": 0, "num_predict": max_tokens, "repeat_penalty": 1.0}
-    return "/api/chat", {"model": "smollm2", "messages": messages, "stream": stream, "options": options}
-
-
-async def reference(client: httpx.AsyncClient, dialect: str, prompt: int, max_tokens: int) -> tuple[str, int]:
-    """The prompt's greedy reply alone, streamed the same way: (text, content chunks)."""
-    solo = ClientResult(index=-1, dialect=dialect, prompt=prompt, leave_after=None)
-    await run_client(client, solo, max_tokens)
-    if solo.status != 200 or solo.error or not solo.finish:
-        raise RuntimeError(f"the reference reply for prompt {prompt} failed: {solo.status} {solo.error}")
-    return solo.text, solo.chunks
-
-
-def parse_chunk(dialect: str, line: str) -> tuple[str, str | None, str | None] | None:
-    """(text, finish, error) from one line of the stream, or None for a line that carries nothing."""
-    if dialect == "openai":
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            return None
-        chunk = json.loads(line[6:])
-        if "error" in chunk:
-            return "", None, json.dumps(chunk["error"])
-        text, finish = "", None
-        for choice in chunk["choices"]:
-            text += choice["delta"].get("content") or ""
-            finish = choice.get("finish_reason") or finish
-        return text, finish, None
-    if not line.strip():
-        return None
-    chunk = json.loads(line)
-    if "error" in chunk:
-        return "", None, chunk["error"]
-    return (
-        chunk.get("message", {}).get("content", ""),
-        chunk.get("done_reason") if chunk.get("done") else None,
-        None,
-    )
-
-
-async def run_client(client: httpx.AsyncClient, result: ClientResult, max_tokens: int) -> None:
-    started = time.monotonic()
-    chunks: list[str] = []
-    try:
-        async with asyncio.timeout(result.leave_at_s):  # None: no hang-up
-            await _read_reply(client, result, max_tokens, started, chunks)
-    except TimeoutError:
-        result.left = True  # the client hung up, wherever its request was
-    finally:
-        result.text = "".join(chunks)
-        result.chunks = len(chunks)
-        result.total_s = time.monotonic() - started
-
-
-async def _read_reply(
-    client: httpx.AsyncClient, result: ClientResult, max_tokens: int, started: float, chunks: list[str]
-) -> None:
-    path, body = request_for(result.dialect, PROMPTS[result.prompt], max_tokens, stream=True)
-    try:
-        async with client.stream("POST", path, json=body) as reply:
-            result.status = reply.status_code
-            if reply.status_code != 200:
-                await reply.aread()
-                result.error = reply.text[:200]
-                return
-            if result.leave_after == 0:
-                result.left = True
-                return
-            async for line in reply.aiter_lines():
-                parsed = parse_chunk(result.dialect, line)
-                if parsed is None:
-                    continue
-                text, finish, error = parsed
-                if error:
-                    result.error = error
-                if text:
-                    if result.first_token_s is None:
-                        result.first_token_s = time.monotonic() - started
-                    chunks.append(text)
-                result.finish = finish or result.finish
-                if result.leave_after is not None and len(chunks) >= result.leave_after:
-                    result.left = True  # leaving the `async with` closes the connection mid-stream
-                    return
-    except httpx.HTTPError as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-
-
 async def watch(url: str, report: Report, stop: asyncio.Event, process: subprocess.Popen) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         while not stop.is_set():
@@ -359,6 +150,22 @@ async def burst(url: str, args: argparse.Namespace, report: Report, process: sub
         everyone += results
     judge(everyone, solo, report)
     add_up_rounds(report)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of `name` over the series whose labels include `labels` (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if match:
+            found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(match.group(2))
+    return total
+
+
+def rss(process: subprocess.Popen) -> int:
+    return psutil.Process(process.pid).memory_info().rss
 
 
 def plan_clients(
@@ -542,17 +349,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kinfer-load-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        process = start_server(home, port, args.parallel, args.ctx, Path(tmp) / "server.log")
+        # a throwaway home that borrows no Ollama models: the store holds the bundled model only
+        env = {"KINFER_HOME": str(home), "OLLAMA_MODELS": str(home / "no-ollama"), "HF_HUB_OFFLINE": "1"}
+        server = start_kinfer(parallel=args.parallel, ctx=args.ctx, log_dir=Path(tmp), env=env)
+        process = server.process
+        assert process is not None
         try:
-            wait_for_health(url, process)
-            asyncio.run(asyncio.wait_for(burst(url, args, report, process), args.time_limit))
+            asyncio.run(asyncio.wait_for(burst(server.target.url, args, report, process), args.time_limit))
         except TimeoutError:
             report.failures.append(f"the run passed its time limit of {args.time_limit:.0f}s")
         finally:
-            stop_server(process)
-            server_log = (Path(tmp) / "server.log").read_text(errors="replace")
+            server.stop()
+            server_log = server.log_path.read_text(errors="replace")
         if "Traceback" in server_log and report.server_errors:
             report.failures.append("the server logged tracebacks")
     check(report)
