@@ -35,12 +35,18 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="0: automatic (the thread tuner)")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--no-prefix-cache", action="store_true", help="no pooled prompts (no KV streams)")
     args = parser.parse_args()
     gguf = args.gguf or bundled_gguf()
     if gguf is None:
         raise SystemExit("no GGUF: pass --gguf")
     engine = llama_engine.LlamaEngine(
-        gguf, name="split", rows=args.rows, ctx=args.steps + 300, threads=args.threads
+        gguf,
+        name="split",
+        rows=args.rows,
+        ctx=args.steps + 300,
+        threads=args.threads,
+        prefix_cache=not args.no_prefix_cache,
     )
     inside = [0.0]
     decode = native.decode
@@ -71,7 +77,8 @@ def main() -> int:
     wall = (time.perf_counter() - began) * 1e3 / args.steps
     spent = inside[0] * 1e3 / args.steps
     outside = wall - spent
-    print(f"{args.rows} rows: {wall:.2f} ms a step, llama_decode {spent:.2f} ms, outside it {outside:.2f} ms")
+    head = f"{args.rows} rows, {engine.plan.n_seq} KV streams"
+    print(f"{head}: {wall:.2f} ms a step, llama_decode {spent:.2f} ms, outside it {outside:.2f} ms")
     engine.close()
     return 0
 
