@@ -145,7 +145,7 @@ def plan_size(
             "(num_ctx / --ctx) or fewer rows"
         )
     pool_state = STATE_BYTES
-    scratch = _scratch_bytes(config, chunk, rows) + _long_scores_bytes(config, ctx, chunk)
+    scratch = _scratch_bytes(config, chunk, rows) + _long_scores_bytes(config, ctx, chunk, rows)
     room = None  # bytes the budget leaves for the rows' KV and state (None: no budget)
     if budget > 0:
         cache_limit = min(cache_limit, int(budget * CACHE_SHARE))
@@ -210,13 +210,13 @@ def _blocks(rows: int, ctx: int, prefix_cache: bool) -> int:
     return blocks + max(row_blocks, blocks // 4) if prefix_cache else blocks
 
 
-def _long_scores_bytes(config: dict[str, Any], ctx: int, chunk: int) -> int:
-    """On CUDA, a chunk past SHORT_CONTEXT keys written as MLX's composition (long_context.py): its
-    scores and their softmax, at most OPS_SCORES_MAX each (a larger chunk is cuDNN's, which writes none)."""
+def _long_scores_bytes(config: dict[str, Any], ctx: int, chunk: int, rows: int) -> int:
+    """On CUDA, a pass past SHORT_CONTEXT keys written as MLX's composition (long_context.py): its scores
+    and their softmax, at most OPS_SCORES_MAX each (a larger pass is cuDNN's, which writes none)."""
     keys = shape_buckets.bucket(ctx)
     if not shape_buckets.enabled() or keys <= SHORT_CONTEXT:
         return 0
-    largest = long_context.scores_bytes(1, query_heads(config), max(chunk, LONG_CONTEXT_QUERIES), keys)
+    largest = long_context.scores_bytes(rows, query_heads(config), max(chunk, LONG_CONTEXT_QUERIES), keys)
     return 2 * min(largest, long_context.OPS_SCORES_MAX)
 
 

@@ -91,13 +91,14 @@ def test_what_the_budget_cannot_hold_is_refused():
 
 @pytest.mark.usefixtures("padded")
 def test_on_cuda_the_scratch_holds_a_long_chunks_scores_where_the_composition_writes_them():
-    # past SHORT_CONTEXT a chunk whose scores fit 512 MiB is MLX's composition (long_context.py): its
-    # bf16 scores and their softmax live at once; a larger one is cuDNN's
-    on = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES)
-    wide = plan(budget=0, ctx=32768, prefill_chunk=2048)
+    # past SHORT_CONTEXT a pass whose scores fit 512 MiB is MLX's composition (long_context.py): its
+    # bf16 scores and their softmax live at once; a larger one is cuDNN's. One row of a 256-token chunk
+    # here, and a pass of the default 16 rows of 2,048 tokens (capped)
+    on = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES, rows=1)
+    wide = plan(budget=0, ctx=32768, prefill_chunk=2048)  # 16 rows
     short = plan(budget=0, ctx=SHORT_CONTEXT, prefill_chunk=LONG_CONTEXT_QUERIES)
     shape_buckets.set_enabled(False)
-    off = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES)
+    off = plan(budget=0, ctx=32768, prefill_chunk=LONG_CONTEXT_QUERIES, rows=1)
     assert on.scratch_bytes - off.scratch_bytes == 2 * 2 * 8 * LONG_CONTEXT_QUERIES * 32768  # 8 heads
     assert wide.scratch_bytes - plan(budget=0, ctx=32768, prefill_chunk=2048).scratch_bytes == 2 * (512 << 20)
     assert (
