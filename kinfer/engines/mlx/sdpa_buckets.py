@@ -22,7 +22,7 @@ Left to serving, qwen3-0.6b's 30,000-token prompt beside 16 streaming rows (H200
 plan at 4,096 keys in a 780 ms step and each later key bucket in a 75-100 ms one (median step 5.8 ms).
 Masks become explicit boolean arrays whenever padding would move a causal mask's diagonal; past
 `SHORT_CONTEXT` they reach cuDNN as an additive mask in the queries' dtype, made once per pass
-(`_cudnn_mask`): given a boolean mask, MLX converts it for cuDNN on every call, into a bias array
+(`_long_additive_mask`): given a boolean mask, MLX converts it for cuDNN on every call, into a bias array
 broadcast over every query head (H200, one 256-token chunk over 30,000 keys: 1.25 ms with the boolean
 mask, 0.27 ms with a [1, 1, L, K] bias, as with the plain causal mask; `scripts/probe_long_attention.py`),
 so a qwen3-0.6b chunk step at 30,000 keys waited ~28 ms for its 28 layers' conversions. Decode
@@ -72,7 +72,8 @@ def bucketed_sdpa(
         if q_len == length:  # and one layout: cuDNN keys its plan on strides too; a padded chunk's
             queries = mx.contiguous(queries)  # queries are a copy already, a full one's a transposed view
     if (rows, q_len, k_len) == (batch, length, context):
-        return _sdpa(queries, keys, values, scale, _cudnn_mask(mask, queries.dtype, k_len, built, key), sinks)
+        additive = _long_additive_mask(mask, queries.dtype, k_len, built, key)
+        return _sdpa(queries, keys, values, scale, additive, sinks)
     q = _pad(queries, rows, q_len)
     k, v = _pad(keys, rows, k_len), _pad(values, rows, k_len)
     if square_causal:
@@ -85,16 +86,17 @@ def bucketed_sdpa(
             padded_mask = _padded_mask(mask, batch, length, context, rows, q_len, k_len)
             if padded_key is not None:
                 built[padded_key] = padded_mask
-        padded_mask = _cudnn_mask(padded_mask, queries.dtype, k_len, built, padded_key)
+        padded_mask = _long_additive_mask(padded_mask, queries.dtype, k_len, built, padded_key)
     out = _sdpa(q, k, v, scale, padded_mask, sinks)
     return out[:batch, :, :length, :]
 
 
-def _cudnn_mask(
+def _long_additive_mask(
     mask: str | mx.array | None, dtype: mx.Dtype, context: int, built: dict | None, key: tuple | None
 ) -> str | mx.array | None:
-    """Past SHORT_CONTEXT (cuDNN's path), a boolean mask as the additive one MLX would make of it on
-    every call, made once for the pass's layers (kept in `built` under `key`); otherwise `mask`."""
+    """Past SHORT_CONTEXT, a boolean mask as one additive mask made once for the pass's layers (kept in
+    `built` under `key`): cuDNN takes it as is (given the boolean one, MLX converts it on every call),
+    the composition adds it in its first product; otherwise `mask`."""
     if context <= SHORT_CONTEXT or not isinstance(mask, mx.array) or mask.dtype != mx.bool_:
         return mask
     additive_key = None if built is None or key is None else ("additive", key, dtype)
@@ -162,5 +164,5 @@ def _sdpa(queries, keys, values, scale, mask, sinks):
 
 
 def _one_bias_for_every_head(mask) -> bool:
-    """An additive mask shared by the heads ([.., 1, L, K]): what `_cudnn_mask` makes past SHORT_CONTEXT."""
+    """An additive mask shared by the heads ([.., 1, L, K]), as `_long_additive_mask` makes them."""
     return isinstance(mask, mx.array) and mask.dtype != mx.bool_ and (mask.ndim < 3 or mask.shape[-3] == 1)
