@@ -171,6 +171,7 @@ def bench_kinfer(
     compiled_step: bool = True,
     ops: bool = False,
     fuse_projections: bool | None = None,
+    device_time: bool = True,
 ) -> dict:
     from kinfer.engines.base import GenerationJob
     from kinfer.engines.mlx.engine import MlxEngine
@@ -229,7 +230,7 @@ def bench_kinfer(
     seconds, counted, first = run(tokens)
     peak = engine._peaks.recent()
     engine.step_timer = NO_TIMER
-    device_ms = device_ms_per_step(engine, prompts) if breakdown else None
+    device_ms = device_ms_per_step(engine, prompts) if breakdown and device_time else None
     engine.close()
     result = {"tok_s": counted / seconds if seconds > 0 else 0.0, "peak_bytes": peak, "all_started_s": first}
     if breakdown:
@@ -349,6 +350,11 @@ def main() -> int:
         help="kinfer: mean host ms per decode step by phase (build/launch/wait/other)",
     )
     parser.add_argument(
+        "--no-device-time",
+        action="store_true",
+        help="--breakdown without its gpu column (no CUPTI run after the timed one)",
+    )
+    parser.add_argument(
         "--ops",
         action="store_true",
         help="kinfer: primitives in one decode step's graph (graph_ops.py; a short run apart)",
@@ -417,6 +423,7 @@ def main() -> int:
                             compiled_step=args.compiled_step == "on",
                             ops=args.ops,
                             fuse_projections={"auto": None, "on": True, "off": False}[args.fuse_projections],
+                            device_time=not args.no_device_time,
                         )
                     else:
                         row[engine] = bench_mlx_lm(path, prompts, args.tokens)

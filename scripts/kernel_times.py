@@ -18,6 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# the host side: CUDA runtime and driver calls (graph instantiations and updates, launches, captures)
+_API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 
 def short_name(name: str) -> str:
@@ -34,6 +36,7 @@ def short_name(name: str) -> str:
 class KernelTimes:
     def __init__(self) -> None:
         self.events: list[dict] = []
+        self.api_calls: list[dict] = []
 
     def __enter__(self) -> KernelTimes:
         import torch
@@ -50,12 +53,13 @@ class KernelTimes:
             path = Path(folder) / "trace.json"
             self._profile.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
-        self.events = [
+        timed = [
             {"name": e["name"], "cat": e["cat"], "ts": e["ts"], "dur": e.get("dur", 0)}
             for e in trace.get("traceEvents", [])
-            if e.get("cat") in _DEVICE_CATEGORIES and e.get("ph") == "X"
+            if e.get("ph") == "X"
         ]
-        self.events.sort(key=lambda e: e["ts"])
+        self.events = sorted((e for e in timed if e["cat"] in _DEVICE_CATEGORIES), key=lambda e: e["ts"])
+        self.api_calls = [e for e in timed if e["cat"] in _API_CATEGORIES]
 
     def busy_us(self) -> float:
         """Device time with at least one kernel or copy running (overlaps counted once)."""
@@ -77,6 +81,18 @@ class KernelTimes:
         ]
         return sorted(rows, key=lambda r: -r["total_ms"])
 
+    def by_api_call(self) -> list[dict]:
+        """The host's CUDA calls by name: calls, total and mean host time (cudaGraphInstantiate's share
+        says how often MLX met a CUDA graph it had no executable for)."""
+        groups: dict[str, list[float]] = defaultdict(list)
+        for e in self.api_calls:
+            groups[e["name"]].append(e["dur"])
+        rows = [
+            {"call": name, "calls": len(d), "total_ms": sum(d) / 1000, "mean_us": sum(d) / len(d)}
+            for name, d in groups.items()
+        ]
+        return sorted(rows, key=lambda r: -r["total_ms"])
+
     def table(self, top: int = 25) -> str:
         busy = self.busy_us() / 1000
         first, last = (self.events[0], self.events[-1]) if self.events else ({"ts": 0}, {"ts": 0, "dur": 0})
@@ -86,7 +102,16 @@ class KernelTimes:
             share = 100 * r["total_ms"] / busy if busy else 0
             calls = f"{r['calls']:6d} x {r['mean_us']:9.1f} us"
             lines.append(f"{r['total_ms']:9.3f} ms {share:5.1f} % {calls}  {r['kernel']}")
+        if self.api_calls:
+            lines.append(f"host CUDA calls: {len(self.api_calls)}")
+            for r in self.by_api_call()[:12]:
+                lines.append(f"{r['total_ms']:9.3f} ms {r['calls']:6d} x {r['mean_us']:9.1f} us  {r['call']}")
         return "\n".join(lines)
 
     def summary(self) -> dict:
-        return {"busy_ms": self.busy_us() / 1000, "events": len(self.events), "kernels": self.by_kernel()}
+        return {
+            "busy_ms": self.busy_us() / 1000,
+            "events": len(self.events),
+            "kernels": self.by_kernel(),
+            "api_calls": self.by_api_call(),
+        }

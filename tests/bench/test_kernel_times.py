@@ -50,6 +50,24 @@ def test_busy_time_counts_overlapping_kernels_once_and_kernels_are_summed_by_nam
     assert "a<1>" in table.splitlines()[1]
 
 
+def test_the_hosts_cuda_calls_are_summed_by_name_apart_from_the_device_time(kernel_times):
+    times = kernel_times.KernelTimes()
+    times.events = [_event("void a(int)", 0, 10)]
+    times.api_calls = [
+        {"name": "cudaGraphInstantiate", "cat": "cuda_runtime", "ts": 0, "dur": 900},
+        {"name": "cudaGraphLaunch", "cat": "cuda_runtime", "ts": 1, "dur": 20},
+        {"name": "cudaGraphInstantiate", "cat": "cuda_runtime", "ts": 2, "dur": 1100},
+    ]
+    assert times.busy_us() == 10  # host calls are not device time
+    rows = times.by_api_call()
+    assert [(r["call"], r["calls"], r["total_ms"], r["mean_us"]) for r in rows] == [
+        ("cudaGraphInstantiate", 2, 2.0, 1000),
+        ("cudaGraphLaunch", 1, 0.02, 20),
+    ]
+    assert "2 x    1000.0 us  cudaGraphInstantiate" in times.table()
+    assert times.summary()["api_calls"] == rows
+
+
 def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times, monkeypatch):
     opened = []
 
