@@ -74,9 +74,11 @@ def row_bucket(n: int) -> int:
 def decode_rows(n: int, slots: int) -> int:
     """The decode pass's rows for `n` decoding rows of an engine with `slots` slots (and one scratch
     slot the padding rows point at): n itself up to EXACT_DECODE_ROWS, then the ladder, never past
-    every slot plus the scratch one; a full batch always takes all of them (one shape, no gather)."""
-    if n >= slots:
-        return slots + 1
+    every slot plus the scratch one; a full batch past EXACT_DECODE_ROWS takes all of them (one shape,
+    no gather). A small engine's full batch keeps its size: one stream of a one-slot engine is a
+    one-row pass, whose products MLX's CUDA backend runs on its GEMV kernel (two rows go to cuBLASLt)."""
     if n <= EXACT_DECODE_ROWS:
         return n
+    if n >= slots:
+        return slots + 1
     return min(bucket(n), slots + 1)

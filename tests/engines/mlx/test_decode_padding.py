@@ -20,6 +20,8 @@ def test_a_few_sizes_one_stream_stays_one_row_and_a_full_batch_takes_every_slot(
     assert [decode_rows(n, 64) for n in (9, 17, 33, 63)] == [16, 20, 40, 64]
     assert decode_rows(64, 64) == 65  # every slot and the scratch one: in order, no gather
     assert decode_rows(11, 12) == 13  # never past the slots plus the scratch one
+    # a small engine's full batch keeps its own size (one stream of a one-slot engine: one row)
+    assert [decode_rows(1, 1), decode_rows(3, 3), decode_rows(8, 8), decode_rows(9, 9)] == [1, 3, 8, 10]
     assert len({decode_rows(n, 256) for n in range(1, 257)}) <= 8 + 4 * 5 + 1
 
 
@@ -48,11 +50,28 @@ def test_a_recurrent_models_state_is_untouched_by_the_padding(tiny_qwen35, make_
 
 
 def test_a_full_batch_runs_every_slot_in_order_with_the_scratch_one(tiny_qwen35, make_mlx, padded):
-    engine = make_mlx(tiny_qwen35, rows=3)
-    prompts = [engine.tokenize(chat(q)) for q in QUESTIONS[:3]]
-    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=6) for i, p in enumerate(prompts)])
+    rows = shape_buckets.EXACT_DECODE_ROWS + 1  # past the exact sizes: the full batch's own shape
+    engine = make_mlx(tiny_qwen35, rows=rows, prefill_chunk=2048)  # every prompt in the first step
+    prompts = [engine.tokenize(chat(QUESTIONS[i % len(QUESTIONS)] + " and" * i)) for i in range(rows)]
+    sizes = []
+    plan = engine._batch.plan
+    engine._batch.plan = lambda batch: sizes.append(len(plan(batch).slots)) or plan(batch)
+    results = run_jobs(engine, [job(f"p{i}", p, max_tokens=LONGEST) for i, p in enumerate(prompts)])
+    assert max(sizes) == rows + 1
     for i, prompt in enumerate(prompts):
-        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, 6)[1], i
+        assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, LONGEST)[1], i
+
+
+def test_one_stream_of_a_one_slot_engine_is_a_one_row_pass(tiny_qwen3, make_mlx, padded):
+    # not two (its slot and the scratch one): on CUDA one row's products run on MLX's GEMV kernel
+    engine = make_mlx(tiny_qwen3, rows=1)
+    sizes = []
+    plan = engine._batch.plan
+    engine._batch.plan = lambda batch: sizes.append(len(plan(batch).slots)) or plan(batch)
+    prompt = engine.tokenize(chat(QUESTIONS[1]))
+    result = run_jobs(engine, [job("p", prompt, max_tokens=6)])["p"]
+    assert sizes and set(sizes) == {1}
+    assert readable(result.text) == mlx_lm_greedy(tiny_qwen3, prompt, 6)[1]
 
 
 def test_sampled_rows_with_penalties_draw_the_same_tokens_padded_or_not(tiny_qwen3, make_mlx):
