@@ -31,12 +31,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.fuse import FusedPart
+from kinfer.engines.mlx.kernels import on_cuda_gpu
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +92,21 @@ class Projection:
 
     def add_to(self, c: mx.array, x: mx.array, a: Arrays) -> mx.array:
         """c + this projection of x: one matrix product with the sum (addmm) where the projection is
-        a plain dense one, instead of a product and then an add kernel."""
-        if self.quantized is None and not self.bias:
+        a plain dense one, instead of a product and then an add kernel; on CUDA not for one row
+        (`one_row_apart`)."""
+        if self.quantized is None and not self.bias and not (x.size == x.shape[-1] and one_row_apart()):
             return mx.addmm(c, x, a["weight"])
         return c + self(x, a)
+
+
+@cache
+def one_row_apart() -> bool:
+    """Whether a one-row residual product is written as a product, then an add: on CUDA. MLX's CUDA
+    backend sends every AddMM to cuBLASLt (descriptors built and a stream captured per call: host
+    time, 56 calls a qwen3-0.6b decode step) but a one-row Matmul against a transposed weight to its
+    own GEMV kernel, a plain graph node (mlx/backend/cuda/matmul.cpp, `can_use_gemv`), and the add is
+    another. Metal has a one-row AddMM kernel: kept there."""
+    return on_cuda_gpu()
 
 
 @dataclass(frozen=True)

@@ -373,3 +373,40 @@ def test_compiled_chunks_failing_the_load_check_leave_the_compiled_decode_step(
     )
     assert compiled_decode
     assert run_alone(engine, _jobs(engine)[0]).new_tokens > 0
+
+
+def _products_per_step(engine, rows: int) -> dict[str, float]:
+    counter = OpCounter()
+    engine.step_timer = counter
+    run_jobs(engine, _jobs(engine)[:rows])
+    names = counter.by_name()
+    return {name: names.get(name, 0.0) for name in ("AddMM", "Matmul")}
+
+
+def test_on_cuda_a_single_rows_residual_products_skip_addmm(tiny_qwen3, make_mlx, compiling, monkeypatch):
+    # MLX's CUDA backend runs a one-row Matmul on its GEMV kernel but every AddMM on cuBLASLt (host
+    # setup per call): one row's residual products are a Matmul and an add there, more rows keep addmm
+    from kinfer.engines.mlx import compiled_step
+
+    monkeypatch.setattr(compiled_step, "one_row_apart", lambda: True)
+    one_row = _products_per_step(make_mlx(tiny_qwen3, rows=1), rows=1)
+    two_rows = _products_per_step(make_mlx(tiny_qwen3, rows=2), rows=2)
+    monkeypatch.setattr(compiled_step, "one_row_apart", lambda: False)
+    as_on_metal = _products_per_step(make_mlx(tiny_qwen3, rows=1), rows=1)
+
+    assert one_row["AddMM"] == 0 and one_row["Matmul"] > as_on_metal["Matmul"]
+    assert two_rows["AddMM"] > 0 and as_on_metal["AddMM"] > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_single_row_decodes_alike_with_its_products_apart(
+    arch, tiny_models, make_mlx, compiling, monkeypatch
+):
+    from kinfer.engines.mlx import compiled_step
+
+    path = tiny_models[arch]
+    monkeypatch.setattr(compiled_step, "one_row_apart", lambda: True)
+    apart = make_mlx(path, rows=1)
+    plain = make_mlx(path, rows=1, compiled_step=False)
+    one = _jobs(apart)[1]
+    assert run_alone(apart, one).text == run_alone(plain, one).text
