@@ -54,7 +54,7 @@ class KernelTimes:
             self._profile.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
         timed = [
-            {"name": e["name"], "cat": e["cat"], "ts": e["ts"], "dur": e.get("dur", 0)}
+            {"name": e["name"], "cat": e.get("cat"), "ts": e["ts"], "dur": e.get("dur", 0)}
             for e in trace.get("traceEvents", [])
             if e.get("ph") == "X"
         ]

@@ -21,7 +21,8 @@ host time too, and builds ~45 % fewer primitives this way (scripts/probe_prefill
 The maths is mlx-lm's own (RMSNorm, the model's own RoPE module, SwiGLU, projections fused or not by
 fuse.py, quantized or not) with fewer primitives: dense weights go in as their evaluated transposes
 (views of the same memory), a residual add rides its product (`addmm`: the same float32 result here,
-one rounding fewer in bf16), and one-position heads are reshaped without transposes. Greedy tokens
+one rounding fewer in bf16; on CUDA one row's is a product and an add, `one_row_apart`), and
+one-position heads are reshaped without transposes. Greedy tokens
 match the uncompiled pass (tests/engines/mlx/test_compiled_step.py); a model whose layers differ
 from that pattern (sliding windows, other MLPs, unknown layer classes) keeps mlx-lm's modules.
 """
