@@ -1,0 +1,30 @@
+"""scripts/read_step_log.py: a stall run's step log summed up (the long prompt's chunk steps by thirds)."""
+
+from __future__ import annotations
+
+import gzip
+
+from tests.bench.test_profile_scripts import _load
+
+
+def _line(prefill: int, decoding: int, total: float, launch: float) -> str:
+    return (
+        f"1796397758.731 step {total}ms prefill={prefill} decoding={decoding} filling=1 updates=17 "
+        f"build=1.0 launch={launch} wait=0.1 other=0.2 total={total}\n"
+    )
+
+
+def test_chunk_steps_beside_the_rows_are_summed_up_by_thirds(tmp_path):
+    read = _load("read_step_log")
+    lines = [_line(0, 3, 99.0, 90.0)]  # the rows' own prefill: fewer rows decoding, not counted
+    lines += [_line(0, 16, 5.0, 3.0), _line(0, 16, 7.0, 4.0)]  # decode-only steps
+    lines += [_line(256, 16, t, t - 2) for t in (10.0, 12.0, 20.0, 22.0, 30.0, 50.0)]
+    path = tmp_path / "steps.log.gz"
+    with gzip.open(path, "wt") as out:
+        out.writelines(lines)
+    cells = read.summary(read.read_steps(path), rows=16)
+    assert cells["chunk_steps"] == 6
+    assert [t["total"] for t in cells["thirds"]] == [11.0, 21.0, 40.0]
+    assert [t["launch"] for t in cells["thirds"]] == [9.0, 19.0, 38.0]
+    assert cells["slowest_ms"] == 50.0 and cells["decode_median_ms"] == 6.0
+    assert "ms by third 11.0 / 21.0 / 40.0" in read.line("steps.log.gz", cells)
