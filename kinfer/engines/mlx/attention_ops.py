@@ -46,9 +46,7 @@ def attention_ops(
         if isinstance(mask, str):
             allowed = _causal(length, context)
         else:
-            allowed = mask if mask.dtype == mx.bool_ else mask.astype(dtype)
-            while allowed.ndim < 4:
-                allowed = allowed[None]
+            allowed = _four_axes(mask if mask.dtype == mx.bool_ else mask.astype(dtype))
             if repeats > 1 and allowed.shape[1] == 1:  # one mask for every head: broadcast, never copied
                 allowed = mx.expand_dims(allowed, 2)
             elif repeats > 1:
@@ -85,11 +83,16 @@ def attention_bias_in_product(
     kv_heads = keys.shape[1]
     q = queries.astype(dtype).reshape(batch, kv_heads, heads // kv_heads, length, dim)
     k, v = mx.expand_dims(keys.astype(dtype), 2), mx.expand_dims(values.astype(dtype), 2)
-    while bias.ndim < 4:
-        bias = bias[None]
-    scores = mx.addmm(mx.expand_dims(bias.astype(dtype), 2), q, mx.swapaxes(k, -1, -2), alpha=scale)
+    scores = mx.addmm(
+        mx.expand_dims(_four_axes(bias).astype(dtype), 2), q, mx.swapaxes(k, -1, -2), alpha=scale
+    )
     out = mx.softmax(scores, axis=-1, precise=True) @ v
     return out.reshape(batch, heads, length, -1)
+
+
+def _four_axes(mask: mx.array) -> mx.array:
+    """A mask of [L, K], [B, L, K] or [B, H, L, K] with leading axes of one added up to four (a view)."""
+    return mask.reshape((1,) * (4 - mask.ndim) + mask.shape) if mask.ndim < 4 else mask
 
 
 @functools.lru_cache(maxsize=64)

@@ -69,14 +69,19 @@ def plan_layers(model, model_type: str) -> list[PagedLayer | StateSlots]:
     return layers
 
 
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    """The text model's section of a config (a multimodal one's `text_config`), else the config."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
 def query_heads(config: dict[str, Any]) -> int:
     """The attention layers' query heads (a multimodal config's text model's)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    return int(text.get("num_attention_heads") or 1)
+    return int(_text(config).get("num_attention_heads") or 1)
 
 
 def _kv_bytes_per_token(config: dict[str, Any], attention_layers: int) -> int:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = _text(config)
     heads = query_heads(config)
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
@@ -223,7 +228,7 @@ def _long_scores_bytes(config: dict[str, Any], ctx: int, chunk: int, rows: int) 
 def _scratch_bytes(config: dict[str, Any], chunk: int, rows: int) -> int:
     """A rough bound on one step's activations: a prompt chunk's hidden states through a layer's
     temporaries, and every row's float32 logits."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = _text(config)
     hidden = int(text.get("hidden_size") or 0)
     vocab = int(text.get("vocab_size") or config.get("vocab_size") or 0)
     return 4 * ((chunk + rows) * SCRATCH_FLOATS_PER_TOKEN * hidden + rows * vocab)
