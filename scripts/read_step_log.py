@@ -1,18 +1,24 @@
 """A stall run's step log in a few numbers: the long prompt's chunk steps by thirds, its slowest steps.
 
     python scripts/read_step_log.py steps-NAME.log.gz [...] [--rows 16]
+    python scripts/read_step_log.py steps-NAME.log.gz --decode   # decode-only steps by rows decoding
 
 Reads logs written by scripts/step_log (`KINFER_STEP_HOOK`, every step with `KINFER_STEP_SLOW=0`), as
 `scripts/bench_stalls.py` runs keep them beside their JSON. Of the steps with `--rows` rows decoding, the
 ones that also prefilled (the long prompt's chunks) are cut into thirds in order; per third the median
 step ms and its phases (build, launch, wait), then the slowest chunk step and the median of the
 decode-only steps. One line per log.
+
+`--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
+decode-only steps' median ms and phases, and the median time between two steps' ends less the later
+step's own: what the serving loop spends outside `step` (handing tokens over, waiting for the GIL).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import re
 import statistics
 from pathlib import Path
@@ -21,10 +27,35 @@ FIELD = re.compile(r"(\w+)=([\d.]+)")
 
 
 def read_steps(path: Path) -> list[dict[str, float]]:
-    """Each logged step's numeric fields (prefill, decoding, build, launch, wait, other, total)."""
+    """Each logged step's numeric fields (prefill, decoding, build, launch, wait, other, total) and
+    `at`, the wall time its line was written (the step's end)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as lines:
-        return [{k: float(v) for k, v in FIELD.findall(line)} for line in lines if " step " in line]
+        return [
+            {"at": float(line.split()[0]), **{k: float(v) for k, v in FIELD.findall(line)}}
+            for line in lines
+            if " step " in line
+        ]
+
+
+def decode_summary(steps: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Per count of rows decoding, the decode-only steps (no prompt chunk) in medians: the step's ms
+    and phases, and `outside`, the ms from the step before's end to this step's start."""
+    by_rows: dict[int, list[dict[str, float]]] = {}
+    for before, step in itertools.pairwise(steps):
+        if step.get("prefill", 0) == 0 and step.get("decoding", 0) > 0:
+            outside = (step["at"] - before["at"]) * 1000 - step["total"]
+            by_rows.setdefault(int(step["decoding"]), []).append({**step, "outside": outside})
+    return {
+        rows: {
+            "steps": len(group),
+            **{k: statistics.median(s.get(k, 0.0) for s in group) for k in PHASES},
+        }
+        for rows, group in sorted(by_rows.items())
+    }
+
+
+PHASES = ("total", "build", "launch", "wait", "other", "outside")
 
 
 def summary(steps: list[dict[str, float]], rows: int) -> dict:
@@ -62,8 +93,14 @@ def main() -> None:
     )
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--rows", type=int, default=16, help="the streaming rows beside the long prompt")
+    parser.add_argument("--decode", action="store_true", help="decode-only steps by rows decoding")
     args = parser.parse_args()
     for path in args.logs:
+        if args.decode:
+            for rows, cells in decode_summary(read_steps(path)).items():
+                ms = ", ".join(f"{k} {cells[k]:.2f}" for k in PHASES)
+                print(f"{path.name}: {rows} rows, {cells['steps']} steps, median ms: {ms}")
+            continue
         print(line(path.name, summary(read_steps(path), args.rows)))
 
 

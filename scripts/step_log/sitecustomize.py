@@ -52,7 +52,7 @@ def _install() -> None:
             ready = sum(1 for row in active if row.ready)
             laps = " ".join(f"{name}={value * 1000:.1f}" for name, value in phases.items())
             out.write(
-                f"{time.time():.3f} step {seconds * 1000:.1f}ms prefill={self._step_prefill} "
+                f"{time.time():.4f} step {seconds * 1000:.1f}ms prefill={self._step_prefill} "
                 f"decoding={ready} filling={len(active) - ready} updates={len(updates)} {laps}"
                 + (" " + _parts(self.stats().memory) if memory else "")
                 + "\n"

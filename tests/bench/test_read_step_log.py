@@ -28,3 +28,25 @@ def test_chunk_steps_beside_the_rows_are_summed_up_by_thirds(tmp_path):
     assert [t["launch"] for t in cells["thirds"]] == [9.0, 19.0, 38.0]
     assert cells["slowest_ms"] == 50.0 and cells["decode_median_ms"] == 6.0
     assert "ms by third 11.0 / 21.0 / 40.0" in read.line("steps.log.gz", cells)
+
+
+def test_decode_only_steps_are_summed_up_by_rows_with_the_time_outside_each_step(tmp_path):
+    read = _load("read_step_log")
+    at = 1796397758.0
+    lines = []
+    for prefill, decoding, total, gap in (
+        (128, 1, 30.0, 0),
+        (0, 1, 3.0, 4.0),
+        (0, 1, 4.0, 5.0),
+        (0, 1, 5.0, 7.0),
+        (0, 2, 6.0, 6.5),
+    ):
+        at += gap / 1000
+        lines.append(f"{at:.4f} " + _line(prefill, decoding, total, 1.0).split(" ", 1)[1])
+    path = tmp_path / "steps.log"
+    path.write_text("".join(lines))
+    cells = read.decode_summary(read.read_steps(path))
+    assert sorted(cells) == [1, 2]  # the prompt's step is not a decode step
+    assert cells[1]["steps"] == 3 and cells[1]["total"] == 4.0 and cells[1]["launch"] == 1.0
+    assert abs(cells[1]["outside"] - 1.0) < 0.01  # 4-3, 5-4, 7-5 ms between the ends, less the step
+    assert abs(cells[2]["outside"] - 0.5) < 0.01
