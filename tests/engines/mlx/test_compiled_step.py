@@ -17,7 +17,7 @@ import pytest
 from kinfer.engines.mlx.graph_ops import OpCounter
 from kinfer.errors import EngineFailure
 from tests.engines.mlx.fixtures import *  # noqa: F403
-from tests.engines.mlx.fixtures import chat, job, run_alone, run_jobs
+from tests.engines.mlx.fixtures import chat, cpu_numerics, job, run_alone, run_jobs
 from tests.fixtures.tiny_mlx import build_tiny_model
 
 QUESTIONS = ("Name a colour.", "Tell me a story about a cat and a long road home.", "What is 2 + 3?")
@@ -82,6 +82,7 @@ def _mean_primitives(engine) -> float:
     return counter.mean()
 
 
+@cpu_numerics  # on CUDA norms and RoPE are one primitive either way: the H200's counts are in the docs
 def test_compiling_is_what_cuts_the_primitives_per_step(tiny_qwen3, make_mlx, compiling):
     compiled = _mean_primitives(make_mlx(tiny_qwen3))
     plain = _mean_primitives(make_mlx(tiny_qwen3, compiled_step=False))
@@ -274,7 +275,9 @@ def test_qwen35_prompt_chunks_take_the_compiled_layers_where_shapes_are_bucketed
     assert any(rows > 1 and tokens > 1 for rows, tokens in every)  # the twins' chunks, together
 
 
-def test_without_buckets_prompt_chunks_keep_the_module_code(tiny_qwen35, make_mlx, compiling, monkeypatch):
+def test_without_buckets_prompt_chunks_keep_the_module_code(
+    tiny_qwen35, make_mlx, compiling, unpadded, monkeypatch
+):
     # on a CPU or Metal prompt chunks come in any length: a trace each would cost more than it saves
     passes = _spied_passes(monkeypatch)
     engine = make_mlx(tiny_qwen35, prefill_chunk=16)
@@ -383,7 +386,9 @@ def _products_per_step(engine, rows: int) -> dict[str, float]:
     return {name: names.get(name, 0.0) for name in ("AddMM", "Matmul")}
 
 
-def test_on_cuda_a_single_rows_residual_products_skip_addmm(tiny_qwen3, make_mlx, compiling, monkeypatch):
+def test_on_cuda_a_single_rows_residual_products_skip_addmm(
+    tiny_qwen3, make_mlx, compiling, unpadded, monkeypatch
+):
     # MLX's CUDA backend runs a one-row Matmul on its GEMV kernel but every AddMM on cuBLASLt (host
     # setup per call): one row's residual products are a Matmul and an add there, more rows keep addmm
     from kinfer.engines.mlx import compiled_step

@@ -9,7 +9,7 @@ from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.shape_buckets import decode_rows
 from kinfer.protocol import Sampling
 from tests.engines.mlx.fixtures import *  # noqa: F403
-from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.fixtures import chat, cpu_numerics, job, mlx_lm_greedy, readable, run_jobs
 from tests.engines.mlx.test_engine import QUESTIONS
 
 LONGEST = 16
@@ -42,6 +42,7 @@ def test_padded_rows_leave_the_greedy_tokens_as_mlx_lms(tiny_qwen3, make_mlx, pa
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen3, prompt, LONGEST - i)[1], i
 
 
+@cpu_numerics
 def test_a_recurrent_models_state_is_untouched_by_the_padding(tiny_qwen35, make_mlx, padded):
     engine = make_mlx(tiny_qwen35, rows=12)
     prompts, results = staggered(engine)
@@ -49,6 +50,7 @@ def test_a_recurrent_models_state_is_untouched_by_the_padding(tiny_qwen35, make_
         assert readable(results[f"p{i}"].text) == mlx_lm_greedy(tiny_qwen35, prompt, LONGEST - i)[1], i
 
 
+@cpu_numerics
 def test_a_full_batch_runs_every_slot_in_order_with_the_scratch_one(tiny_qwen35, make_mlx, padded):
     rows = shape_buckets.EXACT_DECODE_ROWS + 1  # past the exact sizes: the full batch's own shape
     engine = make_mlx(tiny_qwen35, rows=rows, prefill_chunk=2048)  # every prompt in the first step
