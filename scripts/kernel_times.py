@@ -2,7 +2,8 @@
 
     with KernelTimes() as kernels:
         ...                       # MLX work: its kernels, copies and memsets are recorded
-    print(kernels.table())        # by kernel: calls, total ms, mean us, share of the busy time
+    print(kernels.table())        # by kernel: calls, total ms, mean us, share of the busy time;
+                                  # the host's CUDA calls; each CUDA graph instantiated, by its kernels
 
 MLX has no kernel timer of its own on CUDA and the H200 machine has no `nsys`; `ncu` replays each
 kernel. CUPTI's activity records need no performance-counter rights and see every kernel of the
@@ -54,7 +55,14 @@ class KernelTimes:
             self._profile.export_chrome_trace(str(path))
             trace = json.loads(path.read_text())
         timed = [
-            {"name": e["name"], "cat": e.get("cat"), "ts": e["ts"], "dur": e.get("dur", 0)}
+            {
+                "name": e["name"],
+                "cat": e.get("cat"),
+                "ts": e["ts"],
+                "dur": e.get("dur", 0),
+                "tid": e.get("tid"),
+                "correlation": (e.get("args") or {}).get("correlation"),
+            }
             for e in trace.get("traceEvents", [])
             if e.get("ph") == "X"
         ]
@@ -93,6 +101,39 @@ class KernelTimes:
         ]
         return sorted(rows, key=lambda r: -r["total_ms"])
 
+    def new_graphs(self) -> list[dict]:
+        """The CUDA graphs instantiated in the window, each as the kernels it ran: an instantiation is
+        followed by the launch of its executable on the same thread (MLX, CommandEncoder::commit), and
+        CUPTI gives a graph's kernels the correlation id of that launch. What a pass's new topology
+        holds (a cuBLAS variant, an extra gather) shows which op brought it."""
+        calls = sorted(self.api_calls, key=lambda e: e["ts"])
+        kernels: dict[object, list[dict]] = defaultdict(list)
+        for e in self.events:
+            if e["cat"] == "kernel" and e.get("correlation") is not None:
+                kernels[e["correlation"]].append(e)
+        start = self.events[0]["ts"] if self.events else 0.0
+        found = []
+        for i, call in enumerate(calls):
+            if call["name"] != "cudaGraphInstantiate":
+                continue
+            launch = next(
+                (
+                    c
+                    for c in calls[i + 1 :]
+                    if c["name"] == "cudaGraphLaunch" and c.get("tid") == call.get("tid")
+                ),
+                None,
+            )
+            ran = kernels.get(launch.get("correlation"), []) if launch else []
+            found.append(
+                {
+                    "at_ms": (call["ts"] - start) / 1000,
+                    "instantiate_us": call["dur"],
+                    "kernels": [short_name(k["name"]) for k in sorted(ran, key=lambda k: k["ts"])],
+                }
+            )
+        return found
+
     def table(self, top: int = 25) -> str:
         busy = self.busy_us() / 1000
         first, last = (self.events[0], self.events[-1]) if self.events else ({"ts": 0}, {"ts": 0, "dur": 0})
@@ -106,6 +147,11 @@ class KernelTimes:
             lines.append(f"host CUDA calls: {len(self.api_calls)}")
             for r in self.by_api_call()[:12]:
                 lines.append(f"{r['total_ms']:9.3f} ms {r['calls']:6d} x {r['mean_us']:9.1f} us  {r['call']}")
+        for graph in self.new_graphs():
+            lines.append(
+                f"new graph at {graph['at_ms']:.2f} ms ({graph['instantiate_us']:.0f} us): "
+                f"{len(graph['kernels'])} kernels: {runs(graph['kernels'])[:400]}"
+            )
         return "\n".join(lines)
 
     def summary(self) -> dict:
@@ -114,4 +160,17 @@ class KernelTimes:
             "events": len(self.events),
             "kernels": self.by_kernel(),
             "api_calls": self.by_api_call(),
+            "new_graphs": self.new_graphs(),
         }
+
+
+def runs(names: list[str]) -> str:
+    """Kernel names in order, repeats joined ("a x3, b"), MLX's namespace dropped."""
+    out: list[list] = []
+    for name in names:
+        name = name.removeprefix("mlx::core::cu::")
+        if out and out[-1][0] == name:
+            out[-1][1] += 1
+        else:
+            out.append([name, 1])
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in out)

@@ -68,6 +68,42 @@ def test_the_hosts_cuda_calls_are_summed_by_name_apart_from_the_device_time(kern
     assert times.summary()["api_calls"] == rows
 
 
+def test_a_new_graph_is_named_by_the_kernels_its_first_launch_ran(kernel_times):
+    times = kernel_times.KernelTimes()
+
+    def call(name: str, ts: float, tid: int, correlation: int) -> dict:
+        return {
+            "name": name,
+            "cat": "cuda_runtime",
+            "ts": ts,
+            "dur": 1700,
+            "tid": tid,
+            "correlation": correlation,
+        }
+
+    def kernel(name: str, ts: float, correlation: int) -> dict:
+        return {"name": name, "cat": "kernel", "ts": ts, "dur": 5, "correlation": correlation}
+
+    times.api_calls = [
+        call("cudaGraphLaunch", 0, 1, 10),  # an executable met before: updated, not new
+        call("cudaGraphInstantiate", 100, 1, 11),
+        call("cudaGraphLaunch", 2000, 2, 12),  # another thread's launch: not this graph's
+        call("cudaGraphLaunch", 2100, 1, 13),  # the new executable's launch
+    ]
+    times.events = [
+        kernel("void mlx::core::cu::rope<bf16>(int)", 10, 10),
+        kernel("void mlx::core::cu::gather<bf16, 2>(int)", 2200, 12),
+        kernel("void mlx::core::cu::rms_norm<bf16>(int)", 2150, 13),
+        kernel("void nvjet_splitK_TNT(int)", 2160, 13),
+        kernel("void nvjet_splitK_TNT(int)", 2170, 13),
+    ]
+    [graph] = times.new_graphs()
+    assert graph["kernels"] == ["mlx::core::cu::rms_norm<bf16>", "nvjet_splitK_TNT", "nvjet_splitK_TNT"]
+    assert graph["instantiate_us"] == 1700 and graph["at_ms"] == 0.09
+    assert "new graph at 0.09 ms (1700 us): 3 kernels: rms_norm<bf16>, nvjet_splitK_TNT x2" in times.table()
+    assert times.summary()["new_graphs"] == [graph]
+
+
 def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times, monkeypatch):
     opened = []
 
