@@ -80,58 +80,34 @@ class KernelTimes:
         return busy
 
     def by_kernel(self) -> list[dict]:
-        groups: dict[str, list[float]] = defaultdict(list)
-        for e in self.events:
-            groups[short_name(e["name"])].append(e["dur"])
-        rows = [
-            {"kernel": name, "calls": len(d), "total_ms": sum(d) / 1000, "mean_us": sum(d) / len(d)}
-            for name, d in groups.items()
-        ]
-        return sorted(rows, key=lambda r: -r["total_ms"])
+        return _summed(self.events, "kernel", short_name)
 
     def by_api_call(self) -> list[dict]:
         """The host's CUDA calls by name: calls, total and mean host time (cudaGraphInstantiate's share
         says how often MLX met a CUDA graph it had no executable for)."""
-        groups: dict[str, list[float]] = defaultdict(list)
-        for e in self.api_calls:
-            groups[e["name"]].append(e["dur"])
-        rows = [
-            {"call": name, "calls": len(d), "total_ms": sum(d) / 1000, "mean_us": sum(d) / len(d)}
-            for name, d in groups.items()
-        ]
-        return sorted(rows, key=lambda r: -r["total_ms"])
+        return _summed(self.api_calls, "call", lambda name: name)
 
     def new_graphs(self) -> list[dict]:
         """The CUDA graphs instantiated in the window, each as the kernels it ran: an instantiation is
         followed by the launch of its executable on the same thread (MLX, CommandEncoder::commit), and
         CUPTI gives a graph's kernels the correlation id of that launch. What a pass's new topology
         holds (a cuBLAS variant, an extra gather) shows which op brought it."""
-        calls = sorted(self.api_calls, key=lambda e: e["ts"])
         kernels: dict[object, list[dict]] = defaultdict(list)
-        for e in self.events:
+        for e in self.events:  # in time order
             if e["cat"] == "kernel" and e.get("correlation") is not None:
                 kernels[e["correlation"]].append(e)
         start = self.events[0]["ts"] if self.events else 0.0
-        found = []
-        for i, call in enumerate(calls):
-            if call["name"] != "cudaGraphInstantiate":
-                continue
-            launch = next(
-                (
-                    c
-                    for c in calls[i + 1 :]
-                    if c["name"] == "cudaGraphLaunch" and c.get("tid") == call.get("tid")
-                ),
-                None,
-            )
-            ran = kernels.get(launch.get("correlation"), []) if launch else []
-            found.append(
-                {
-                    "at_ms": (call["ts"] - start) / 1000,
-                    "instantiate_us": call["dur"],
-                    "kernels": [short_name(k["name"]) for k in sorted(ran, key=lambda k: k["ts"])],
-                }
-            )
+        found: list[dict] = []
+        waiting: dict[object, list[dict]] = defaultdict(list)  # per thread: instantiated, not yet launched
+        for call in sorted(self.api_calls, key=lambda e: e["ts"]):
+            if call["name"] == "cudaGraphInstantiate":
+                graph = {"at_ms": (call["ts"] - start) / 1000, "instantiate_us": call["dur"], "kernels": []}
+                found.append(graph)
+                waiting[call.get("tid")].append(graph)
+            elif call["name"] == "cudaGraphLaunch":
+                ran = kernels.get(call.get("correlation"), [])
+                for graph in waiting.pop(call.get("tid"), []):
+                    graph["kernels"] = [short_name(k["name"]) for k in ran]
         return found
 
     def table(self, top: int = 25) -> str:
@@ -162,6 +138,18 @@ class KernelTimes:
             "api_calls": self.by_api_call(),
             "new_graphs": self.new_graphs(),
         }
+
+
+def _summed(events: list[dict], label: str, name_of) -> list[dict]:
+    """Events grouped by name: calls, total ms and mean us each, the largest total first."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        groups[name_of(e["name"])].append(e["dur"])
+    rows = [
+        {label: name, "calls": len(d), "total_ms": sum(d) / 1000, "mean_us": sum(d) / len(d)}
+        for name, d in groups.items()
+    ]
+    return sorted(rows, key=lambda r: -r["total_ms"])
 
 
 def runs(names: list[str]) -> str:

@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 
 FIELD = re.compile(r"(\w+)=([\d.]+)")
+PHASES = ("total", "build", "launch", "wait", "other", "outside")  # --decode's columns
 
 
 def read_steps(path: Path) -> list[dict[str, float]]:
@@ -53,9 +54,6 @@ def decode_summary(steps: list[dict[str, float]]) -> dict[int, dict[str, float]]
         }
         for rows, group in sorted(by_rows.items())
     }
-
-
-PHASES = ("total", "build", "launch", "wait", "other", "outside")
 
 
 def summary(steps: list[dict[str, float]], rows: int) -> dict:
