@@ -141,6 +141,12 @@ class Settings:
         "(llama, qwen2, qwen3: the whole pass; qwen3_5: each layer) (off: mlx-lm's module code)",
         group=DIAGNOSTIC,
     )
+    mlx_layer_split: bool = _setting(
+        True,
+        "MLX on CUDA: a prompt's chunks beside decoding rows through a few layers a step, so streaming "
+        "replies keep their pace (llama, qwen2, qwen3) (off: a whole forward pass a step)",
+        group=DIAGNOSTIC,
+    )
     mlx_fuse_projections: bool | None = _setting(
         None, "MLX: q/k/v and gate/up as one matrix product each (auto: on a GPU)", group=DIAGNOSTIC
     )

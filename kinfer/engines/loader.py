@@ -94,6 +94,7 @@ def mlx_engine_kwargs(settings: Settings, ctx: int | None) -> dict:
         "gated_delta": settings.mlx_gated_delta,
         "precompiled_kernels": settings.mlx_precompiled_kernels,
         "compiled_step": settings.mlx_compiled_step,
+        "layer_split": settings.mlx_layer_split,
         "fuse_projections": settings.mlx_fuse_projections,
         "warm_up": settings.mlx_warm_up,
     }

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 ARCHITECTURES = frozenset({"llama", "qwen2", "qwen3"})
 
 Arrays = dict[str, mx.array]
+Carry = tuple[mx.array, mx.array, mx.array, mx.array]  # a layer's input and its q, k, v (RoPE applied)
 
 
 @dataclass(frozen=True)
@@ -272,16 +273,31 @@ class CompiledDecoder:
         return inputs.shape[1] == 1 or (self.chunks and shape_buckets.compiled_chunk(len(inputs)))
 
     def __call__(self, inputs: mx.array, views: list) -> mx.array:
-        offsets = views[0].layout.offsets
+        logits = self.through(self.enter(inputs, views), views, range(len(views)))
+        assert isinstance(logits, mx.array)
+        return logits
+
+    def enter(self, inputs: mx.array, views: list) -> Carry:
+        """The pass up to its first layer's attention: the embedded inputs and layer 0's q, k, v."""
         x = self._embed(inputs)
-        q, k, v = self._first(x, offsets, self._layers[0])
+        return (x, *self._first(x, views[0].layout.offsets, self._layers[0]))
+
+    def through(self, carry: Carry, views: list, layers: range) -> Carry | mx.array:
+        """The pass over `layers` (consecutive, starting where `carry` stands): the logits once they
+        reach the last layer, else the carry into the next one (a long prompt's chunk a few layers a
+        step: layer_split.py)."""
+        offsets = views[0].layout.offsets
+        x, q, k, v = carry
         last = len(views) - 1
-        for i, view in enumerate(views):
+        for i in layers:
+            view = views[i]
             view.update_and_fetch(k, v)
             attended = view.attend(q, k, v, scale=self.plan.scale)
             if i < last:
                 x, q, k, v = self._step(x, attended, self._layers[i], self._layers[i + 1], offsets)
-        return self._last(x, attended, self._layers[last], self._final)
+        if layers[-1] == last:
+            return self._last(x, attended, self._layers[last], self._final)
+        return x, q, k, v
 
     # ---- the compiled functions (static configuration closed over; arrays passed in) -----------
 

@@ -40,6 +40,7 @@ from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
+from kinfer.engines.mlx.layer_split import SplitChunk, SplitChunks
 from kinfer.engines.mlx.logits import with_bias
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
@@ -60,7 +61,7 @@ from kinfer.errors import Busy, EngineFailure, InvalidRequest
 log = logging.getLogger(__name__)
 
 
-class MlxEngine(RowBlocks, ConstrainedRows):
+class MlxEngine(RowBlocks, ConstrainedRows, SplitChunks):
     """A model directory served by MLX (the `Engine` protocol).
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
@@ -70,7 +71,8 @@ class MlxEngine(RowBlocks, ConstrainedRows):
     path when off: fused_decode (CUDA: the fused paged decode-attention kernel), gated_delta (CUDA: the
     GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and gate/up as one matrix product each; None =
     only on a GPU), precompiled_kernels (CUDA: those kernels compiled once and launched precompiled; off: it
-    did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py).
+    did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py),
+    layer_split (CUDA: a prompt's chunks beside decoding rows a few layers a step: layer_split.py).
     `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). warm_up (CUDA):
     run the pass shapes serving meets first once at load (warm_up.py). group: serve this
     rank's tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
@@ -94,6 +96,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         fuse_projections: bool | None = None,
         precompiled_kernels: bool = False,
         compiled_step: bool = True,
+        layer_split: bool = True,
         warm_up: bool = True,
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
@@ -117,6 +120,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             log.debug("fused %d projection groups", fuse.fuse_projections(self._model))
         compiled = compiled_step and group is None  # a shard's projections hold collectives
         self._decoder = compile_decode(self._model, directory.model_type) if compiled else None
+        self._layer_split = layer_split and group is None  # a shard's passes hold collectives
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
@@ -197,6 +201,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._order = 0
         self._finished_early: list[JobUpdate] = []
         self._inflight: Inflight | None = None
+        self._split: SplitChunk | None = None  # a prompt's chunk part-way through its layers
         self._dispatched_bytes = 0  # bytes MLX's allocator grew by when the running step was dispatched
         self._copies: list[tuple[int, int]] = []  # (src, dst) KV blocks to copy before the next passes
         self._step_prefill = 0  # positions this step's prefill passes compute, padding included
@@ -210,7 +215,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             self_check_engine(self)  # a batched-cache mismatch fails here, at load
         if warm_up and self._pad_decode and group is None:  # a shard's passes hold collectives
             rows, ctx = self.plan.rows, self.plan.ctx
-            shapes = warm_shapes(rows, recurrent=bool(recurrent), split=fused_decode, ctx=ctx)
+            shapes = warm_shapes(
+                rows, recurrent=bool(recurrent), split=fused_decode, ctx=ctx, split_parts=self._split_parts
+            )
             run_warm_up(shapes, self._scratch_pass(), self._batch.vocab)
             reset_row(recurrent, self.plan.rows)  # the warm-up's passes ran the scratch slot as a row
         self._peaks.restart()
@@ -344,6 +351,7 @@ class MlxEngine(RowBlocks, ConstrainedRows):
             mx.eval(self._inflight.tokens)
             self._inflight = None
         self._rows.clear()
+        self._split = None
         self._slots = [None] * len(self._slots)
         if self._pool is not None:
             self._pool.clear()
@@ -362,6 +370,9 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         self._flush_copies()
         active = [row for row in self._slots if row is not None]
         decoding = [row for row in active if row.ready and row.can_feed]
+        split = self._split
+        if split is not None and split.rows[0].done:  # released mid-chunk: nothing of it is kept
+            split = self._split = None
         filling = sorted((row for row in active if not row.ready), key=lambda r: r.order)
         self._dispatched_bytes = 0
         decoded = self._decode(decoding, updates) if decoding else None
@@ -375,16 +386,26 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         # past SHORT_CONTEXT keys beside decoding rows (CUDA), a prompt's chunks keep the warm-up's shape
         untimed = self._pad_decode and bool(decoding) and not self._clock.budget.timed
         long_chunk = LONG_CONTEXT_QUERIES if untimed and room >= LONG_CONTEXT_QUERIES else None
-        passes = plan_prefill(filling, room, ladder=self._pad_decode, long_chunk=long_chunk)
-        self._step_prefill = sum(p.tokens for p in passes)
+        self._step_prefill = 0
+        if split is not None:  # a chunk part-way through its layers goes on first (layer_split.py)
+            filling = [row for row in filling if row is not split.rows[0]]
+            room -= split.prefill.tokens
+            processed += self._split_part(updates, every=not decoding)
+        passes = (
+            plan_prefill(filling, room, ladder=self._pad_decode, long_chunk=long_chunk) if room > 0 else []
+        )
+        self._step_prefill += sum(p.tokens for p in passes)
         if decoding:
             self._clock.budget.took(self._step_prefill, room)
         for prefill in passes:
+            parts = self._parts(prefill) if long_chunk and self._split is None else 1
+            if parts > 1:
+                processed += self._start_split(prefill, parts, updates)
+                continue
             processed += self._prefill(prefill)
             self._launch(self._cache_arrays())
-            self._save_checkpoints(prefill)
-            updates.extend(row.progress_update() for row in prefill.rows)
-        if decoded is None and processed == 0:
+            self._passed(prefill, updates)
+        if decoded is None and processed == 0 and self._split is None:
             return None
         self._counts["last"] = processed
         return decoded
@@ -456,11 +477,20 @@ class MlxEngine(RowBlocks, ConstrainedRows):
         # mask for the padding (see PrefillPass)
         lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
         self.forward(inputs, self._views(layout, slots, lengths))  # logits unused: never computed
-        for row, n in zip(rows, prefill.chunks, strict=True):
+        self._advance(prefill)
+        return prefill.tokens
+
+    def _advance(self, prefill: PrefillPass) -> None:
+        """The pass's chunks are in: its rows' positions move past them."""
+        for row, n in zip(prefill.rows, prefill.chunks, strict=True):
             row.fed += n
             self._batch.set_position(row.slot, row.fed)
             self._counts["prompt"] += n
-        return prefill.tokens
+
+    def _passed(self, prefill: PrefillPass, updates: list[JobUpdate]) -> None:
+        """After a prefill pass's launch: checkpoints pooled, progress reported."""
+        self._save_checkpoints(prefill)
+        updates.extend(row.progress_update() for row in prefill.rows)
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""

@@ -147,7 +147,9 @@ class RowBlocks:
             self._batch.clear_table(scratch)
             self._batch.set_table(scratch, own)
 
-        return ScratchPass(scratch, table, release, self._views, self.forward, self._cache_arrays)
+        return ScratchPass(
+            scratch, table, release, self._views, self.forward, self._cache_arrays, self._in_parts
+        )
 
     def _fork(self, parent: Row) -> None:
         """The job's other choices, once all of its prompt but the last token is in `parent`: each

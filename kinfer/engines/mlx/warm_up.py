@@ -69,6 +69,7 @@ class WarmShape:
     splits: int = 1  # a decode pass's least split of each row's positions (split_decode.py)
     sampled: bool = False  # a decode pass drawing its tokens with the default sampling parameters
     context: int = 0  # a prefill pass's positions before its chunk (the keys it attends to beyond it)
+    parts: int = 1  # steps a long chunk takes through the layers, each its own eval (layer_split.py)
 
     @property
     def decode(self) -> bool:
@@ -82,12 +83,16 @@ def warm_shapes(
     prefill_up_to: int = UNTIMED_BESIDE_DECODE,
     split: bool = False,
     ctx: int | None = None,
+    split_parts: Callable[[int], int] = lambda end: 1,
 ) -> list[WarmShape]:
     """The shapes an engine of `slots` rows runs at load: every decode row count (greedy, sampled,
     and split where `split`: the fused decode kernel serves it), one-row prefill lengths of the
     ladder up to `prefill_up_to` (no longer than a row of `ctx` tokens holds: a small --ctx would
     overrun its table), then a chunk of that share at every key bucket past `SHORT_CONTEXT` that such
-    a row reaches (cuDNN's plan per attention shape)."""
+    a row reaches (cuDNN's plan per attention shape). Where `split_parts` cuts a chunk ending at a
+    position into parts (layer_split.py: a long prompt's chunks beside decoding rows), the warm-up
+    runs those parts (each part's graphs are its own): the ladder lengths both whole (a prompt that
+    goes in at once) and in parts, the long chunks in parts only."""
     if ctx is not None:
         prefill_up_to = min(prefill_up_to, ctx)
     decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
@@ -98,11 +103,15 @@ def warm_shapes(
         shapes += [WarmShape(rows, 1, splits=2) for rows in decode]
     for length in lengths:
         shapes.append(WarmShape(1, length))
+        if split_parts(length) > 1:
+            shapes.append(WarmShape(1, length, parts=split_parts(length)))
         if recurrent:
             shapes.append(WarmShape(1, length, padded=True))
     if prefill_up_to >= LONG_CONTEXT_QUERIES:
         long = LONG_CONTEXT_QUERIES
-        shapes += [WarmShape(1, long, context=end - long) for end in long_ends(ctx or 0)]
+        shapes += [
+            WarmShape(1, long, context=end - long, parts=split_parts(end)) for end in long_ends(ctx or 0)
+        ]
     return shapes
 
 
@@ -128,6 +137,8 @@ class ScratchPass:
     views: Callable[[PassLayout, np.ndarray, mx.array | None], list]
     forward: Callable[[mx.array, list], mx.array]
     outputs: Callable[[], list[mx.array]]  # the caches' arrays the pass writes
+    # a long chunk's pass in parts, each evaluated apart (layer_split.py; engines without it split none)
+    in_parts: Callable[[mx.array, list, int], None] | None = None
 
 
 def run_shape(shape: WarmShape, engine: ScratchPass) -> mx.Dtype | None:
@@ -142,6 +153,10 @@ def run_shape(shape: WarmShape, engine: ScratchPass) -> mx.Dtype | None:
     inputs = mx.zeros((shape.rows, shape.length), dtype=mx.int32)
     mx.eval(inputs)  # apart, as serving's inputs are: the pass's own graphs start at its first kernel
     try:
+        if shape.parts > 1:
+            assert engine.in_parts is not None
+            engine.in_parts(inputs, engine.views(layout, state_rows, lengths), shape.parts)
+            return None
         out = engine.forward(inputs, engine.views(layout, state_rows, lengths))
         tokens = [_tokens(out[:, -1, :], shape.sampled)] if shape.decode else []
         mx.eval([*engine.outputs(), *tokens])
