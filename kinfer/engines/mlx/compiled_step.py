@@ -285,7 +285,7 @@ class CompiledDecoder:
     def through(self, carry: Carry, views: list, layers: range) -> Carry | mx.array:
         """The pass over `layers` (consecutive, starting where `carry` stands): the logits once they
         reach the last layer, else the carry into the next one (a prompt's chunk a few layers a step:
-        layer_split.py)."""
+        prompt_passes.py)."""
         offsets = views[0].layout.offsets
         x, q, k, v = carry
         last = len(views) - 1

@@ -40,13 +40,13 @@ from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
-from kinfer.engines.mlx.layer_split import SplitChunk, SplitChunks
 from kinfer.engines.mlx.logits import with_bias
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
+from kinfer.engines.mlx.prompt_passes import PromptPasses, SplitChunk
 from kinfer.engines.mlx.row_blocks import RowBlocks
-from kinfer.engines.mlx.rows import Inflight, PrefillPass, Row, StepBatch, check_prompt, plan_prefill
+from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, check_prompt, plan_prefill
 from kinfer.engines.mlx.sampling import needs_penalties, push_history, sample
 from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
@@ -61,7 +61,7 @@ from kinfer.errors import Busy, EngineFailure, InvalidRequest
 log = logging.getLogger(__name__)
 
 
-class MlxEngine(RowBlocks, ConstrainedRows, SplitChunks):
+class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
     """A model directory served by MLX (the `Engine` protocol).
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
@@ -72,7 +72,7 @@ class MlxEngine(RowBlocks, ConstrainedRows, SplitChunks):
     GatedDeltaNet recurrence kernel), fuse_projections (q/k/v and gate/up as one matrix product each; None =
     only on a GPU), precompiled_kernels (CUDA: those kernels compiled once and launched precompiled; off: it
     did not pay on the H200), compiled_step (compiled decode passes: compiled_step.py, compiled_layers.py),
-    layer_split (CUDA: a prompt's chunks beside decoding rows a few layers a step: layer_split.py).
+    layer_split (CUDA: a prompt's chunks beside decoding rows a few layers a step: prompt_passes.py).
     `step_timer`: where each step's host time goes (step_timer.py; the bench installs one). warm_up (CUDA):
     run the pass shapes serving meets first once at load (warm_up.py). group: serve this
     rank's tensor-parallel shard (kinfer/distributed/: every rank runs the same steps; no embedding path);
@@ -387,7 +387,7 @@ class MlxEngine(RowBlocks, ConstrainedRows, SplitChunks):
         untimed = self._pad_decode and bool(decoding) and not self._clock.budget.timed
         long_chunk = LONG_CONTEXT_QUERIES if untimed and room >= LONG_CONTEXT_QUERIES else None
         self._step_prefill = 0
-        if split is not None:  # a chunk part-way through its layers goes on first (layer_split.py)
+        if split is not None:  # a chunk part-way through its layers goes on first (prompt_passes.py)
             filling = [row for row in filling if row is not split.rows[0]]
             room -= split.prefill.tokens
             processed += self._split_part(updates, every=not decoding)
@@ -462,35 +462,6 @@ class MlxEngine(RowBlocks, ConstrainedRows, SplitChunks):
         logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
         batch.dispatched(rows, tokens)
         return Inflight(tokens, rows, plan.logprobs, logprobs)
-
-    def _prefill(self, prefill: PrefillPass) -> int:
-        """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
-        positions computed."""
-        rows, length = prefill.rows, prefill.length
-        for row in rows:
-            self._ensure_blocks(row, row.fed + length)
-        rows_to = shape_buckets.row_bucket(len(rows)) if self._pad_decode else len(rows)
-        slots, tokens, chunks = prefill.inputs(rows_to)
-        layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
-        inputs = mx.array(tokens)
-        # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
-        # mask for the padding (see PrefillPass)
-        lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
-        self.forward(inputs, self._views(layout, slots, lengths))  # logits unused: never computed
-        self._advance(prefill)
-        return prefill.tokens
-
-    def _advance(self, prefill: PrefillPass) -> None:
-        """The pass's chunks are in: its rows' positions move past them."""
-        for row, n in zip(prefill.rows, prefill.chunks, strict=True):
-            row.fed += n
-            self._batch.set_position(row.slot, row.fed)
-            self._counts["prompt"] += n
-
-    def _passed(self, prefill: PrefillPass, updates: list[JobUpdate]) -> None:
-        """After a prefill pass's launch: checkpoints pooled, progress reported."""
-        self._save_checkpoints(prefill)
-        updates.extend(row.progress_update() for row in prefill.rows)
 
     def _collect(self, step: Inflight) -> list[JobUpdate]:
         """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""

@@ -16,7 +16,7 @@ So a CUDA engine runs, at load, one pass of each shape of that kind:
 - a one-row prefill pass at every ladder length up to a prompt's share of a step beside decoding rows
   (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
   recurrent model both with and without a padded end (its padding mask is a different graph); where
-  the engine runs a prompt's chunks a few layers a step (layer_split.py), in those parts as well. These
+  the engine runs a prompt's chunks a few layers a step (prompt_passes.py), in those parts as well. These
   also trace the compiled functions one row's chunks run through (compiled_step.py, compiled_layers.py).
 Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
 Then the decode step's work around the pass that no shape above reaches (`warm_step_ops`): rows fed
@@ -70,7 +70,7 @@ class WarmShape:
     splits: int = 1  # a decode pass's least split of each row's positions (split_decode.py)
     sampled: bool = False  # a decode pass drawing its tokens with the default sampling parameters
     context: int = 0  # a prefill pass's positions before its chunk (the keys it attends to beyond it)
-    parts: int = 1  # steps a prompt chunk takes through the layers, each its own eval (layer_split.py)
+    parts: int = 1  # steps a prompt chunk takes through the layers, each its own eval (prompt_passes.py)
 
     @property
     def decode(self) -> bool:
@@ -91,7 +91,7 @@ def warm_shapes(
     ladder up to `prefill_up_to` (no longer than a row of `ctx` tokens holds: a small --ctx would
     overrun its table), then a chunk of that share at every key bucket past `SHORT_CONTEXT` that such
     a row reaches (cuDNN's plan per attention shape). Where `split_parts` cuts a chunk ending at a
-    position into parts (layer_split.py: a long prompt's chunks beside decoding rows), the warm-up
+    position into parts (prompt_passes.py: a long prompt's chunks beside decoding rows), the warm-up
     runs those parts (each part's graphs are its own): the ladder lengths both whole (a prompt that
     goes in at once) and in parts, the long chunks in parts only."""
     if ctx is not None:
@@ -138,7 +138,7 @@ class ScratchPass:
     views: Callable[[PassLayout, np.ndarray, mx.array | None], list]
     forward: Callable[[mx.array, list], mx.array]
     outputs: Callable[[], list[mx.array]]  # the caches' arrays the pass writes
-    # a chunk's pass in parts, each evaluated apart (layer_split.py; engines without it split none)
+    # a chunk's pass in parts, each evaluated apart (prompt_passes.py; engines without it split none)
     in_parts: Callable[[mx.array, list, int], None] | None = None
 
 

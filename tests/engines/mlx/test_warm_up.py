@@ -221,7 +221,7 @@ def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, mon
         make_mlx(tiny_qwen3, rows=4, warm_up=False)
     finally:
         shape_buckets.set_enabled(None)
-    # with the ladder's chunks in parts too (layer_split.py): a two-layer model's two
+    # with the ladder's chunks in parts too (prompt_passes.py): a two-layer model's two
     assert ran == [len(warm_shapes(4, recurrent=False, split=True, split_parts=lambda end: 2))]
 
 

@@ -1,5 +1,5 @@
 """A long prompt's chunk beside decoding rows runs through the model's layers a few a step
-(layer_split.py): the decoding rows take a token every step meanwhile, the chunk's row moves on only
+(prompt_passes.py): the decoding rows take a token every step meanwhile, the chunk's row moves on only
 once its last layers ran, a cancel mid-chunk drops it, and every reply still reads mlx-lm's greedy
 tokens. CUDA's shape buckets and untimed budget are forced here on a CPU."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinfer.engines.mlx import layer_split
+from kinfer.engines.mlx import prompt_passes
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.engine import MlxEngine
@@ -21,16 +21,16 @@ LAYERS = 5
 
 
 def test_a_chunk_takes_more_parts_the_more_keys_it_attends_to_never_more_than_layers():
-    assert layer_split.parts(SHORT_CONTEXT + 256, 28) == 2  # keys bucketed to 5,120
-    assert layer_split.parts(16_000, 28) == 3  # 16,384
-    assert layer_split.parts(30_000, 28) == 4  # 32,768
-    assert layer_split.parts(50_000, 28) == 5  # 57,344
-    assert layer_split.parts(50_000, 3) == 3
+    assert prompt_passes.parts(SHORT_CONTEXT + 256, 28) == 2  # keys bucketed to 5,120
+    assert prompt_passes.parts(16_000, 28) == 3  # 16,384
+    assert prompt_passes.parts(30_000, 28) == 4  # 32,768
+    assert prompt_passes.parts(50_000, 28) == 5  # 57,344
+    assert prompt_passes.parts(50_000, 3) == 3
 
 
 @pytest.mark.parametrize(("layers", "count"), [(28, 3), (5, 4), (2, 2), (7, 1)])
 def test_the_layer_ranges_are_consecutive_and_cover_every_layer_once(layers, count):
-    ranges = layer_split.layer_ranges(layers, count)
+    ranges = prompt_passes.layer_ranges(layers, count)
     assert len(ranges) == count
     assert [i for r in ranges for i in r] == list(range(layers))
     assert max(map(len, ranges)) - min(map(len, ranges)) <= 1
@@ -78,7 +78,7 @@ def _long_prompt(engine: MlxEngine) -> list[int]:
 def test_beside_decoding_rows_a_long_chunk_goes_through_a_few_layers_a_step(
     deep_qwen3, make_mlx, padded, monkeypatch
 ):
-    monkeypatch.setattr(layer_split, "KEYS_PER_PART", 2048)  # 2-5 parts at these keys, not 2-3
+    monkeypatch.setattr(prompt_passes, "KEYS_PER_PART", 2048)  # 2-5 parts at these keys, not 2-3
     engine = make_mlx(deep_qwen3, rows=3, ctx=8000, prefill_chunk=2048, warm_up=False)
     _untimed(engine, monkeypatch)
     parts = _record_parts(engine, monkeypatch)

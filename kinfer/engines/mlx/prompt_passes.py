@@ -1,4 +1,5 @@
-"""A prompt's chunks beside decoding rows, a few of the model's layers a step (MLX on CUDA).
+"""A step's prompt passes: each whole, or, beside decoding rows on CUDA, a few of the model's layers a
+step (the layer split).
 
 Beside decoding rows a prompt longer than the step's share (prefill_budget.UNTIMED_BESIDE_DECODE: 256
 tokens) goes in one chunk a step (rows.plan_prefill), and each chunk's pass is a whole forward pass for
@@ -26,6 +27,9 @@ docs/benchmarks.md, "H200, sixth session of 2026-12-04").
 Only where the compiled decoder runs one row's prompt chunks (compiled_step.ARCHITECTURES with the shape
 buckets on: an explicit loop over layers): Qwen3.5's hybrid layers keep whole passes. Not on a shard.
 The setting `--mlx-layer-split off` (`KINFER_MLX_LAYER_SPLIT=off`) turns it off.
+
+`PromptPasses` is the MLX engine's side (a mixin, as row_blocks.RowBlocks): a pass run whole, or a
+split one started and carried on, and the rows' positions moved on once their chunks are in.
 """
 
 from __future__ import annotations
@@ -78,9 +82,39 @@ class SplitChunk:
         return self.prefill.rows
 
 
-class SplitChunks:
-    """The MLX engine's side of it (a mixin, as row_blocks.RowBlocks): which passes split, starting
-    one, running its next part."""
+class PromptPasses:
+    """The MLX engine's prompt passes (module doc): whole, or in parts of its layers."""
+
+    def _prefill(self, prefill: PrefillPass) -> int:
+        """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
+        positions computed."""
+        rows, length = prefill.rows, prefill.length
+        for row in rows:
+            self._ensure_blocks(row, row.fed + length)
+        rows_to = shape_buckets.row_bucket(len(rows)) if self._pad_decode else len(rows)
+        slots, tokens, chunks = prefill.inputs(rows_to)
+        layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
+        inputs = mx.array(tokens)
+        # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
+        # mask for the padding (see PrefillPass)
+        lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
+        self.forward(inputs, self._views(layout, slots, lengths))  # logits unused: never computed
+        self._advance(prefill)
+        return prefill.tokens
+
+    def _advance(self, prefill: PrefillPass) -> None:
+        """The pass's chunks are in: its rows' positions move past them."""
+        for row, n in zip(prefill.rows, prefill.chunks, strict=True):
+            row.fed += n
+            self._batch.set_position(row.slot, row.fed)
+            self._counts["prompt"] += n
+
+    def _passed(self, prefill: PrefillPass, updates: list[JobUpdate]) -> None:
+        """After a prefill pass's launch: checkpoints pooled, progress reported."""
+        self._save_checkpoints(prefill)
+        updates.extend(row.progress_update() for row in prefill.rows)
+
+    # ---- the layer split -------------------------------------------------------------------
 
     def _parts(self, prefill: PrefillPass) -> int:
         """How many steps `prefill` (beside decoding rows) takes through the layers: 1 unless it is a
