@@ -5,6 +5,8 @@ tokens. CUDA's shape buckets and untimed budget are forced here on a CPU."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kinfer.engines.mlx import prompt_passes
@@ -45,10 +47,15 @@ def test_the_warm_up_runs_each_chunk_in_the_parts_serving_will():
     assert whole and {s.length for s in ladder if s.parts == 2} == whole
 
 
-@pytest.fixture
-def deep_qwen3(tmp_path_factory):
+def _deep(arch: str, tmp_path_factory) -> Path:
+    """A tiny `arch` model of LAYERS layers, trained for 8,192 positions."""
     root = tmp_path_factory.mktemp("deep")
-    return trained_longer(build_tiny_model(root / "q", "qwen3", config={"num_hidden_layers": LAYERS}), root)
+    return trained_longer(build_tiny_model(root / arch, arch, config={"num_hidden_layers": LAYERS}), root)
+
+
+@pytest.fixture
+def deep_qwen3(tmp_path_factory) -> Path:
+    return _deep("qwen3", tmp_path_factory)
 
 
 def _untimed(engine: MlxEngine, monkeypatch) -> None:
@@ -75,11 +82,13 @@ def _long_prompt(engine: MlxEngine) -> list[int]:
     return prompt
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_beside_decoding_rows_a_long_chunk_goes_through_a_few_layers_a_step(
-    deep_qwen3, make_mlx, padded, monkeypatch
+    arch, tmp_path_factory, make_mlx, padded, monkeypatch
 ):
+    model = _deep(arch, tmp_path_factory)
     monkeypatch.setattr(prompt_passes, "KEYS_PER_PART", 2048)  # 2-5 parts at these keys, not 2-3
-    engine = make_mlx(deep_qwen3, rows=3, ctx=8000, prefill_chunk=2048, warm_up=False)
+    engine = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048, warm_up=False)
     _untimed(engine, monkeypatch)
     parts = _record_parts(engine, monkeypatch)
     prompt = _long_prompt(engine)
@@ -117,9 +126,9 @@ def test_beside_decoding_rows_a_long_chunk_goes_through_a_few_layers_a_step(
     assert last_parts <= set(moves)
     assert not {step for step, layers in parts if layers[-1] != LAYERS - 1} & set(moves)
 
-    assert readable(results["long"].text) == mlx_lm_greedy(deep_qwen3, prompt, 6)[1]
+    assert readable(results["long"].text) == mlx_lm_greedy(model, prompt, 6)[1]
     for s in streaming:
-        assert readable(results[s.job_id].text) == mlx_lm_greedy(deep_qwen3, s.prompt, s.max_tokens)[1]
+        assert readable(results[s.job_id].text) == mlx_lm_greedy(model, s.prompt, s.max_tokens)[1]
 
 
 def test_a_long_prompt_cancelled_mid_chunk_leaves_the_others_serving(

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One H200 lease's MLX measurements, step by step (each step's output and files go to $OUT, which the
+# device tool brings back). Stage first (scripts/bench_gpu.sh's header: ../shared/gpu/wheels.sh into an
+# ignored .gpu/, llama-cpp-python's sdist parts left out), bringing each bundle along in its own call:
+#   bash .gpu/stage.sh .gpu/bundle-2 ; bash .gpu/stage.sh .gpu/bundle-3          (the mlx-cuda parts)
+#   bash scripts/gpu_visit.sh setup models STEP ...     (brings the last bundle, .gpu/stage.sh, the trees)
+# Steps (N: any suffix, a run's name):
+#   setup        stage $BUNDLE (default .gpu/bundle-4) and install the wheels, MLX only (~5 s)
+#   models       random-weight qwen3-0.6b and qwen3.5-0.8b, MLX and GGUF (~60 s)
+#   sweepN       HTTP sweep of kinfer MLX on qwen3-0.6b at LEVELS (default 1,64,256; ~100 s)
+#   saN / sbN    a PROMPT-token prompt (default 30,000, --ctx $CTX, default 40,960) beside 16 streaming
+#                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
+#                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
+#                kernels); qwen3-0.6b's context is 40,960 tokens, so a 50,000-token prompt needs
+#                SIZE=qwen3.5-0.8b CTX=65536
+#   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
+#                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s)
+# Seen on 2026-12-04 (sixth session): setup + models + two stall runs ~245 s of a call's 600.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+M=/tmp/kinfer-gpu-models
+R=${OUT:-/tmp/kinfer-gpu-results}
+SIZE=${SIZE:-qwen3-0.6b}
+TREE_A=${TREE_A:-$PWD/.gpu-old}
+TREE_B=${TREE_B:-$PWD}
+mkdir -p "$R"
+
+stall() {  # stall TREE NAME
+  KINFER_STEP_HOOK="$R/steps-$2.log" KINFER_STEP_SLOW=0 PYTHONPATH="$PWD/scripts/step_log:$PYTHONPATH" \
+    python3 scripts/bench_stalls.py --tree "$2=$1" --weights "$M/$SIZE" --rows 16 \
+    --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 --threads 0 --rounds 1 \
+    --json "$R/stalls-$2.json" 2>&1 | grep -v 'INFO\|HTTP Request' | tail -15
+  python3 scripts/read_step_log.py "$R/steps-$2.log" 2>&1 | tail -12
+  gzip -f "$R/steps-$2.log"
+}
+
+for step in "$@"; do
+  start=$(date +%s)
+  case $step in
+    setup) bash .gpu/stage.sh "${BUNDLE:-.gpu/bundle-4}" && bash scripts/gpu_mlx_only.sh ;;
+    models) bash scripts/bench_gpu.sh models >/dev/null 2>&1; ls "$M" ;;
+    sweep*)
+      TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash scripts/bench_gpu.sh sweep "$SIZE" 2>&1 \
+        | grep -E 'tok/s|kinfer' | tail -8
+      mv "$R/tmp-$step/peers-$SIZE.json" "$R/sweep-$step.json" && rm -rf "$R/tmp-$step" ;;
+    sa*) stall "$TREE_A" "$step" ;;
+    sb*) stall "$TREE_B" "$step" ;;
+    kernels*)
+      (cd "$TREE_B" && PYTHONPATH=/tmp/site:$TREE_B python3 scripts/profile_steps.py stall --weights "$M/$SIZE" \
+        --rows 16 --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 --before 30 --after 10 \
+        --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" --json "$R/$step.json") > "$R/$step.txt" 2>&1
+      grep -v 'Warning\|_warn_once' "$R/$step.txt" | grep -v '^    ' | cut -c1-240 | head -40 ;;
+    *) echo "unknown step: $step" ;;
+  esac
+  echo "== $step $(( $(date +%s) - start )) s"
+done
