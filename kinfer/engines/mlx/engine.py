@@ -405,7 +405,7 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
             processed += self._prefill(prefill)
             self._launch(self._cache_arrays())
             self._passed(prefill, updates)
-        if decoded is None and processed == 0 and self._split is None:
+        if decoded is None and processed == 0:
             return None
         self._counts["last"] = processed
         return decoded

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 from kinfer.engines.base import JobUpdate
 from kinfer.engines.mlx import shape_buckets
@@ -88,19 +89,24 @@ class PromptPasses:
     def _prefill(self, prefill: PrefillPass) -> int:
         """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
         positions computed."""
-        rows, length = prefill.rows, prefill.length
-        for row in rows:
-            self._ensure_blocks(row, row.fed + length)
-        rows_to = shape_buckets.row_bucket(len(rows)) if self._pad_decode else len(rows)
-        slots, tokens, chunks = prefill.inputs(rows_to)
-        layout = PassLayout(self._batch.table(slots), self._batch.positions(slots), length, decode=False)
-        inputs = mx.array(tokens)
+        slots, tokens, chunks, layout = self._pass_inputs(prefill)
         # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
         # mask for the padding (see PrefillPass)
+        length = prefill.length
         lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
-        self.forward(inputs, self._views(layout, slots, lengths))  # logits unused: never computed
+        self.forward(mx.array(tokens), self._views(layout, slots, lengths))  # logits unused: never computed
         self._advance(prefill)
         return prefill.tokens
+
+    def _pass_inputs(self, prefill: PrefillPass) -> tuple[np.ndarray, list[list[int]], list[int], PassLayout]:
+        """The pass's KV blocks taken, its slots, tokens and chunks (rows padded to a bucket on CUDA)
+        and its layout."""
+        for row in prefill.rows:
+            self._ensure_blocks(row, row.fed + prefill.length)
+        rows = len(prefill.rows)
+        slots, tokens, chunks = prefill.inputs(shape_buckets.row_bucket(rows) if self._pad_decode else rows)
+        table, starts = self._batch.table(slots), self._batch.positions(slots)
+        return slots, tokens, chunks, PassLayout(table, starts, prefill.length, decode=False)
 
     def _advance(self, prefill: PrefillPass) -> None:
         """The pass's chunks are in: its rows' positions move past them."""
@@ -148,12 +154,7 @@ class PromptPasses:
 
     def _start_split(self, prefill: PrefillPass, count: int, updates: list[JobUpdate]) -> int:
         """Start `prefill` (one row's chunk) in `count` ranges of layers; runs the first."""
-        (row,) = prefill.rows
-        self._ensure_blocks(row, row.fed + prefill.length)
-        slots, tokens, _ = prefill.inputs(1)
-        layout = PassLayout(
-            self._batch.table(slots), self._batch.positions(slots), prefill.length, decode=False
-        )
+        slots, tokens, _, layout = self._pass_inputs(prefill)
         views = self._views(layout, slots)
         assert self._decoder is not None
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
