@@ -95,6 +95,12 @@ class Settings:
         group=ENGINE,
     )
     gpu_layers: int = _setting(-1, "llama.cpp: layers offloaded to a GPU (-1: all, 0: none)", group=ENGINE)
+    flash_attn: bool | None = _setting(
+        None,
+        "llama.cpp: flash attention in reply contexts (auto: on a GPU; off on a CPU, where on is faster "
+        "but a batched or pooled reply no longer matches its solo run token for token)",
+        group=ENGINE,
+    )
     step_tokens: int = _setting(
         0, "llama.cpp: tokens per forward pass, replies first, then prompt chunks (0: 2048)", group=ENGINE
     )

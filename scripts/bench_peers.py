@@ -68,7 +68,13 @@ def start(name: str, args: argparse.Namespace, logs: Path) -> LaunchedServer:
     if name in ("kinfer-llama", "kinfer-llama-f32"):
         weights = args.gguf if name == "kinfer-llama" else args.f32_gguf
         return start_kinfer(
-            weights=weights, parallel=rows, ctx=ctx, threads=args.threads, label=label, log_dir=logs
+            weights=weights,
+            parallel=rows,
+            ctx=ctx,
+            threads=args.threads,
+            label=label,
+            log_dir=logs,
+            extra_args=args.kinfer_args,
         )
     if name == "llama-cpp":
         gpu_layers = -1 if args.gpu else 0
@@ -113,7 +119,7 @@ def main() -> int:
     parser.add_argument(
         "--kinfer-args",
         default="",
-        help="more arguments for the kinfer MLX server, space separated, e.g. '--step-budget-ms 50'",
+        help="more arguments for the kinfer servers, space separated, e.g. '--flash-attn on'",
     )
     parser.add_argument("--gpu", action="store_true", help="offload llama-cpp-python's layers to the GPU")
     parser.add_argument(

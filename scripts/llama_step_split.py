@@ -3,6 +3,7 @@ Python around it (batch building, sampling, bookkeeping).
 
     .venv/bin/python scripts/llama_step_split.py                  # bundled SmolLM2, 16 rows, auto threads
     .venv/bin/python scripts/llama_step_split.py --rows 8 --threads 2 --gguf MODEL.gguf
+    .venv/bin/python scripts/llama_step_split.py --flash-attn on     # llama.cpp's flash attention
 
 Drives the engine directly (no server): `--rows` greedy replies of one prompt each, then times
 `--steps` steps once every row is generating. If a step is slower than llama-server's at the same
@@ -36,6 +37,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="0: automatic (the thread tuner)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--no-prefix-cache", action="store_true", help="no pooled prompts (no KV streams)")
+    parser.add_argument(
+        "--flash-attn", choices=("auto", "on", "off"), default="auto", help="as kinfer's --flash-attn"
+    )
     args = parser.parse_args()
     gguf = args.gguf or bundled_gguf()
     if gguf is None:
@@ -47,6 +51,7 @@ def main() -> int:
         ctx=args.steps + 300,
         threads=args.threads,
         prefix_cache=not args.no_prefix_cache,
+        flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
     )
     inside = [0.0]
     decode = native.decode
@@ -77,7 +82,7 @@ def main() -> int:
     wall = (time.perf_counter() - began) * 1e3 / args.steps
     spent = inside[0] * 1e3 / args.steps
     outside = wall - spent
-    head = f"{args.rows} rows, {engine.plan.n_seq} KV streams"
+    head = f"{args.rows} rows, {engine.plan.n_seq} KV streams, flash attention {args.flash_attn}"
     print(f"{head}: {wall:.2f} ms a step, llama_decode {spent:.2f} ms, outside it {outside:.2f} ms")
     engine.close()
     return 0

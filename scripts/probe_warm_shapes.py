@@ -56,7 +56,8 @@ def probe(model: Path, ctx: int, words: int) -> dict:
 
     sdpa_buckets._sdpa = recording
     try:
-        engine = MlxEngine(model, name=model.name, rows=4, ctx=ctx)
+        # CUDA's chunk cap (a CPU's is 128), so a long prompt beside decoding rows takes CUDA's share
+        engine = MlxEngine(model, name=model.name, rows=4, ctx=ctx, prefill_chunk=2048)
         phase[0] = "serving"
         engine._clock.budget.timed = False  # CUDA's fixed share beside decoding rows
 

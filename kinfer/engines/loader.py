@@ -62,6 +62,7 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             memory_budget_gb=settings.memory_budget_gb,
             # off: the engine decides (exact reuse for recurrent and hybrid models only)
             exact_prefix=True if settings.exact_prefix else None,
+            flash_attn=settings.flash_attn,
         )
     if model.format == "mlx":
         from kinfer.engines.mlx.embed import MlxEmbeddingEngine, is_embedding_directory

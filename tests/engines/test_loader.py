@@ -24,10 +24,13 @@ def test_llama_engine_settings_reach_the_engine(smollm2_gguf: Path):
     with load_engine(Model("smollm2", "gguf", smollm2_gguf), small) as engine:
         assert engine.plan.n_batch == 2048  # the default step budget
         assert engine._pool is not None and not engine._pool.exact_only  # SmolLM2 is not recurrent
-    tuned = Settings(parallel=2, ctx=512, threads=1, step_tokens=64, exact_prefix=True, gpu_layers=0)
+    tuned = Settings(
+        parallel=2, ctx=512, threads=1, step_tokens=64, exact_prefix=True, gpu_layers=0, flash_attn=True
+    )
     with load_engine(Model("smollm2", "gguf", smollm2_gguf), tuned) as engine:
         assert engine.plan.n_batch == 64
         assert engine._pool is not None and engine._pool.exact_only
+        assert engine.flash_attention
 
 
 def test_mlx_engine_settings_reach_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -73,6 +73,7 @@ class LlamaEngine:
         min_ctx: int = 0,
         memory_budget_gb: float = 0.0,
         thread_tuning: TunerConfig | Literal["auto"] | None = "auto",
+        flash_attn: bool | None = None,
     ) -> None:
         native.init_backend()
         gpu = native.supports_gpu_offload()
@@ -108,6 +109,7 @@ class LlamaEngine:
                 n_ubatch=plan.n_ubatch,
                 threads=plan.threads,
                 gpu=gpu and gpu_layers != 0,
+                flash_attn=flash_attn,
             )
             self._batch = native.TokenBatch(plan.n_batch)
             # a user's --threads N is the override; on a GPU the thread count hardly matters
@@ -122,6 +124,7 @@ class LlamaEngine:
             raise
         self._mem = native.context_memory(self._ctx)
         self._row_len = native.context_seq_length(self._ctx)
+        self.flash_attention = native.flash_attention(self._ctx)  # as llama.cpp resolved --flash-attn
         recurrent = facts.recurrent or facts.hybrid
         self._pool = (
             PrefixPool(
@@ -161,7 +164,8 @@ class LlamaEngine:
         self._logits = RowLogits(self._vocab, plan.rows)  # bias, grammar masks, logprobs
         self._counters = {"prompt": 0, "generated": 0, "reused": 0, "steps": 0, "last": 0}
         log.info(
-            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads%s, gpu offload %s",
+            "llama.cpp: %s (%s), %d rows x %d tokens, %d pool slots, %d threads%s, gpu offload %s, "
+            "flash attention %s",
             name,
             facts.architecture,
             plan.rows,
@@ -170,6 +174,7 @@ class LlamaEngine:
             plan.threads,
             " (decode steps: as many as the load allows)" if self._threads.tuner else "",
             "on" if gpu and gpu_layers != 0 else "off",
+            "on" if self.flash_attention else "off",
         )
 
     # ---- text ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,6 +98,9 @@ def capture_log() -> Iterator[list[str]]:
 
 # bytes of the buffers llama.cpp reported allocating for each model and context, by pointer
 _buffers: dict[int, BufferSizes] = {}
+# whether llama.cpp resolved each context's flash attention to on (`auto` resolves at creation)
+_flash_attention: dict[int, bool] = {}
+_FLASH_ON = re.compile(r"flash_attn\s*=\s*(enabled|1|true)\b")
 
 
 def buffer_sizes(pointer: int) -> BufferSizes:
@@ -414,18 +418,36 @@ def seq_length(mem: int, seq: int) -> int:
 # ---- the context ------------------------------------------------------------------------------
 
 
+def flash_attn_type(flash_attn: bool | None, gpu: bool) -> int:
+    """llama.cpp's flash attention mode for the --flash-attn setting (None: auto, see create_context)."""
+    if flash_attn is None:
+        return lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    return lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+
 def create_context(
-    model: int, *, n_ctx: int, n_seq: int, n_batch: int, n_ubatch: int, threads: int, gpu: bool
+    model: int,
+    *,
+    n_ctx: int,
+    n_seq: int,
+    n_batch: int,
+    n_ubatch: int,
+    threads: int,
+    gpu: bool,
+    flash_attn: bool | None = None,
 ) -> int:
     """A context with `n_seq` sequence ids, each owning its own KV stream of n_ctx / n_seq cells.
 
     kv_unified stays off: with one shared buffer every row's attention runs over all rows' cells,
     which costs more and makes a row's numbers depend on its neighbours (a batched row then no
     longer reproduces its solo run exactly; measured on SmolLM2).
-    Flash attention is left to llama.cpp on a GPU but off on the CPU: the CPU kernel's results
-    depend on how the prompt was split into batches, so a prompt adopted from the prefix pool or
-    prefilled beside other rows would not reproduce its cold run (measured: logits off by up to 1.4;
-    the plain path matched exactly, at about 20% less speed).
+    Flash attention (`flash_attn` None: auto) is left to llama.cpp on a GPU but off on the CPU: the
+    CPU kernel takes one of three paths by the pass's shape (a single row's decode over >= 512 cells
+    is split across the threads, a chunk of >= the kernel's query tile is tiled, anything else goes
+    row by row), each rounding differently, so a prompt adopted from the prefix pool or prefilled
+    beside other rows would not reproduce its cold run, nor a batched reply its solo one (measured:
+    logits off by up to 1.4; the plain path matched exactly). True turns it on anyway (faster, see
+    docs/benchmarks.md "CPU parity").
     """
     params = lib.llama_context_default_params()
     params.n_ctx = n_ctx
@@ -436,15 +458,20 @@ def create_context(
     params.n_threads = threads
     params.n_threads_batch = threads
     params.kv_unified = False
-    params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.flash_attn_type = flash_attn_type(flash_attn, gpu)
     params.no_perf = True
     with capture_log() as lines:
         ctx = lib.llama_init_from_model(model, params)
-    if ctx:
-        _buffers[ctx] = parse_buffer_sizes(lines)
     if not ctx:
         raise EngineFailure(f"llama.cpp could not create a context of {n_ctx} tokens x {n_seq} sequences")
+    _buffers[ctx] = parse_buffer_sizes(lines)
+    _flash_attention[ctx] = any(_FLASH_ON.search(line) for line in lines)
     return ctx
+
+
+def flash_attention(ctx: int) -> bool:
+    """Whether llama.cpp said it runs this context's attention with flash attention (made here)."""
+    return _flash_attention.get(ctx, False)
 
 
 def context_memory(ctx: int) -> int:
@@ -468,6 +495,7 @@ def set_threads(ctx: int, threads: int) -> None:
 
 def free_context(ctx: int) -> None:
     _buffers.pop(ctx, None)
+    _flash_attention.pop(ctx, None)
     lib.llama_free(ctx)
 
 
