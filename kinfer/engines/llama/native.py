@@ -98,9 +98,10 @@ def capture_log() -> Iterator[list[str]]:
 
 # bytes of the buffers llama.cpp reported allocating for each model and context, by pointer
 _buffers: dict[int, BufferSizes] = {}
-# whether llama.cpp resolved each context's flash attention to on (`auto` resolves at creation)
+# whether each context runs flash attention: llama.cpp logs `flash_attn = enabled`, or for `auto`
+# `flash_attn = auto` and then "Flash Attention enabled" once its probe of the devices resolved it
 _flash_attention: dict[int, bool] = {}
-_FLASH_ON = re.compile(r"flash_attn\s*=\s*(enabled|1|true)\b")
+_FLASH_ON = re.compile(r"flash_attn\s*=\s*enabled\b|Flash Attention enabled\b")
 
 
 def buffer_sizes(pointer: int) -> BufferSizes:
