@@ -9,7 +9,7 @@ import numpy as np
 
 from kinfer.constrain.runtime import GrammarVocab
 from kinfer.engines.base import GenerationJob, JobUpdate, choice_sampling
-from kinfer.engines.llama import native
+from kinfer.engines.llama import native, samplers
 from kinfer.engines.llama.rows import Row, RowKey
 
 
@@ -17,11 +17,11 @@ def make_sampler(job: GenerationJob, choice: int, n_vocab: int, row_len: int) ->
     """Choice `choice`'s own sampler chain (seed + choice), warmed with the prompt's tail when it
     has penalties (they look back over the prompt too, as llama-server does)."""
     sampling = choice_sampling(job.sampling, choice)
-    sampler = native.make_sampler(sampling, n_vocab, row_len)
-    if native.has_penalties(sampling):
-        window = native.penalty_window(sampling, row_len)
+    sampler = samplers.make_sampler(sampling, n_vocab, row_len)
+    if samplers.has_penalties(sampling):
+        window = samplers.penalty_window(sampling, row_len)
         for token in job.prompt[-window:]:
-            native.sampler_accept(sampler, token)
+            samplers.sampler_accept(sampler, token)
     return sampler
 
 

@@ -58,7 +58,7 @@ class LlamaEmbedder:
         params.kv_unified = True  # one pass's sequences share the cells; the cache is cleared each pass
         params.embeddings = True
         params.pooling_type = POOLING_CODE[pooling]
-        params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_AUTO if gpu else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = native.flash_attn_type(None, gpu)  # auto: llama.cpp's on a GPU, off on a CPU
         params.no_perf = True
         with native.capture_log() as lines:
             self._ctx = lib.llama_init_from_model(model, params)

@@ -24,7 +24,7 @@ import numpy as np
 
 from kinfer.engines.base import EngineStats, GenerationJob, JobUpdate, ModelInfo
 from kinfer.engines.embedding import MAX_EMBED_TOKENS
-from kinfer.engines.llama import choices, native
+from kinfer.engines.llama import choices, native, samplers
 from kinfer.engines.llama.chunking import chunk_end
 from kinfer.engines.llama.decode_threads import DecodeThreads
 from kinfer.engines.llama.embed import embedding_spec, tokenize_special
@@ -371,7 +371,7 @@ class LlamaEngine:
             alive, token, logprobs = self._logits.draw_greedy(self._ctx, row, index)
         else:
             alive, logprobs = self._logits.prepare(self._ctx, row, index)
-            token = native.sampler_sample(row.sampler, self._ctx, index) if alive else -1
+            token = samplers.sampler_sample(row.sampler, self._ctx, index) if alive else -1
         if not alive:
             return self._finish(row, "error", flush=True, error=grammar.error if grammar else None)
         row.generated += 1
@@ -418,7 +418,7 @@ class LlamaEngine:
         if self._pool is not None and reason != "error":
             self._pool.save(row.seq, row.tokens)
         native.seq_clear(self._mem, row.seq)
-        native.free_sampler(row.sampler)
+        samplers.free_sampler(row.sampler)
         del self._rows[row.key]
         heapq.heappush(self._free_seqs, row.seq)
         if row.reserved:  # ended before its prompt was in: the other choices end with it, unborn
@@ -475,7 +475,7 @@ class LlamaEngine:
         if getattr(self, "_logits", None) is not None:
             self._logits.close()
         for row in getattr(self, "_rows", {}).values():
-            native.free_sampler(row.sampler)
+            samplers.free_sampler(row.sampler)
         self._rows = {}
         self._free_seqs = []
         if getattr(self, "_embedder", None) is not None:

@@ -3,7 +3,7 @@
 Only `kinfer.engines.llama*` modules import this one: importing it loads libllama.
 What lives here: routing llama.cpp's log into a Python logger, loading a model and reading the facts
 kinfer needs from it, the vocabulary (tokenize / detokenize / token pieces), a reusable token batch,
-and llama.cpp's sampler chain built from `Sampling`.
+a row's logits, per-sequence memory and the context. The sampler chain is in samplers.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import llama_cpp as lib  # isort: skip
 
 from kinfer.engines.llama.memory import BufferSizes, parse_buffer_sizes
 from kinfer.errors import EngineFailure
-from kinfer.protocol import Sampling
 
 native_log = logging.getLogger("kinfer.llama_cpp")
 
@@ -314,68 +313,6 @@ class TokenBatch:
         if self._batch is not None:
             lib.llama_batch_free(self._batch)
             self._batch = None
-
-
-def make_sampler(sampling: Sampling, n_vocab: int, context_length: int) -> int:
-    """A sampler chain in llama.cpp's order: penalties -> top-k -> top-p -> min-p -> temperature ->
-    draw (seeded), or penalties -> greedy when temperature <= 0. The caller frees it with
-    `free_sampler`. `repeat_last_n` < 0 means the whole row, as in llama.cpp."""
-    params = lib.llama_sampler_chain_default_params()
-    params.no_perf = True
-    chain = lib.llama_sampler_chain_init(params)
-    add = lib.llama_sampler_chain_add
-    if has_penalties(sampling):
-        add(
-            chain,
-            lib.llama_sampler_init_penalties(
-                n_vocab,
-                penalty_window(sampling, context_length),
-                sampling.repeat_penalty,
-                sampling.frequency_penalty,
-                sampling.presence_penalty,
-            ),
-        )
-    if sampling.greedy:
-        add(chain, lib.llama_sampler_init_greedy())
-        return chain
-    # samplers whose parameters make them no-ops are left out: each one costs a pass over the vocab
-    if 0 < sampling.top_k < n_vocab:
-        add(chain, lib.llama_sampler_init_top_k(sampling.top_k))
-    if 0.0 < sampling.top_p < 1.0:
-        add(chain, lib.llama_sampler_init_top_p(sampling.top_p, 1))
-    if sampling.min_p > 0.0:
-        add(chain, lib.llama_sampler_init_min_p(sampling.min_p, 1))
-    add(chain, lib.llama_sampler_init_temp(sampling.temperature))
-    seed = lib.LLAMA_DEFAULT_SEED if sampling.seed is None else sampling.seed & 0xFFFFFFFF
-    add(chain, lib.llama_sampler_init_dist(seed))
-    return chain
-
-
-def penalty_window(sampling: Sampling, context_length: int) -> int:
-    """How many recent tokens the penalties look at."""
-    return context_length if sampling.repeat_last_n < 0 else sampling.repeat_last_n
-
-
-def has_penalties(sampling: Sampling) -> bool:
-    active = (
-        sampling.repeat_penalty != 1.0,
-        sampling.frequency_penalty != 0.0,
-        sampling.presence_penalty != 0.0,
-    )
-    return sampling.repeat_last_n != 0 and any(active)
-
-
-def sampler_accept(chain: int, token: int) -> None:
-    lib.llama_sampler_accept(chain, token)
-
-
-def sampler_sample(chain: int, ctx: int, index: int) -> int:
-    """Sample from the logits at batch index `index` and accept the token into the chain."""
-    return int(lib.llama_sampler_sample(chain, ctx, index))
-
-
-def free_sampler(chain: int) -> None:
-    lib.llama_sampler_free(chain)
 
 
 def row_logits(ctx: int, index: int, n_vocab: int) -> np.ndarray:

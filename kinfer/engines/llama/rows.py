@@ -6,7 +6,7 @@ import numpy as np
 
 from kinfer.constrain.runtime import RowGrammar
 from kinfer.engines.base import GenerationJob, JobUpdate
-from kinfer.engines.llama.native import has_penalties
+from kinfer.engines.llama.samplers import has_penalties
 from kinfer.engines.logprobs import bias_arrays
 from kinfer.engines.stop_strings import StopStringMatcher, Utf8Decoder
 from kinfer.protocol import FinishReason, TokenLogprob
