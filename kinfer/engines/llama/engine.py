@@ -7,7 +7,7 @@ budget (each chunk in a decode call of its own: see `step`); logits are computed
 is sampled. Each row samples with its own llama.cpp sampler chain. A row is freed the moment it
 finishes or is cancelled, and only its own cells are dropped, so the next job can take it at once.
 A batched row, a chunked prompt and a prompt adopted from the pool all reproduce the solo cold
-run's tokens exactly (see `_chunk_end` and native.create_context for what that takes).
+run's tokens exactly (see chunking.py and native.create_context for what that takes).
 
 Everything here runs on the scheduler's engine thread, which also builds the engine.
 """
@@ -124,6 +124,7 @@ class LlamaEngine:
             raise
         self._mem = native.context_memory(self._ctx)
         self._row_len = native.context_seq_length(self._ctx)
+        self._gpu = gpu and gpu_layers != 0
         self.flash_attention = native.flash_attention(self._ctx)  # as llama.cpp resolved --flash-attn
         recurrent = facts.recurrent or facts.hybrid
         self._pool = (
@@ -131,6 +132,8 @@ class LlamaEngine:
                 self._mem,
                 range(plan.rows, plan.n_seq),
                 exact_only=recurrent if exact_prefix is None else exact_prefix,
+                stream_bytes=facts.kv_bytes_per_token * self._row_len,
+                gpu=self._gpu,
             )
             if plan.pool_slots
             else None
@@ -154,7 +157,6 @@ class LlamaEngine:
                 (name, native.meta_string(self._model, "general.name")),
             ),
         )
-        self._gpu = gpu and gpu_layers != 0
         self._embedder: LlamaEmbedder | None = None  # made on the first embedding request
         self._rows: dict[RowKey, Row] = {}
         self._free_seqs = list(range(plan.rows))  # a heap: the lowest free id first (see submit)
@@ -173,7 +175,7 @@ class LlamaEngine:
             plan.pool_slots,
             plan.threads,
             " (decode steps: as many as the load allows)" if self._threads.tuner else "",
-            "on" if gpu and gpu_layers != 0 else "off",
+            "on" if self._gpu else "off",
             "on" if self.flash_attention else "off",
         )
 
@@ -256,7 +258,7 @@ class LlamaEngine:
         row.grammar = grammar
         self._submitted += 1
         if self._pool is not None:
-            row.reused = self._pool.adopt(seq, job.prompt)
+            row.reused = self._pool.adopt(seq, job.prompt, self._pacer.per_token_s)
             row.tokens = list(job.prompt[: row.reused])
             self._counters["reused"] += row.reused
         self._rows[row.key] = row
@@ -311,12 +313,18 @@ class LlamaEngine:
         # KV streams into micro-batches with equal tokens per sequence, so a chunk beside generating
         # rows would be cut anyway, and its first token would go alone: a lone token's attention
         # takes another kernel, and the row would no longer reproduce its solo run.
-        for row in sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order):
-            start = len(row.tokens)
+        filling = sorted((r for r in self._rows.values() if r.prefilling), key=lambda r: r.order)
+        burst = self._pacer.burst(len(filling), len(generating))  # more prompts than rows: a longer step
+        exact = self._pool is not None and self._pool.exact_only  # chunks stop at checkpoints
+        room = 0  # prompt tokens the step may take (its first chunk's cap)
+        for row in filling:
+            start, taken = len(row.tokens), done - len(generating)
             spent = time.perf_counter() - began  # beside generating rows, the time budget sizes the chunk
-            cap = self._pacer.room(self.plan.n_batch - done, bool(generating), done - len(generating), spent)
-            end = self._chunk_end(row, start, cap)
-            if end == start:
+            cap = self._pacer.room(self.plan.n_batch - done, bool(generating), taken, spent, burst)
+            room = cap if taken == 0 else room
+            checkpoints = row.checkpoints if exact else ()
+            end = chunk_end(len(row.job.prompt), start, cap, self.plan.n_ubatch, checkpoints)
+            if end == start:  # nothing fits this step
                 continue
             prompt, last = row.job.prompt, len(row.job.prompt) - 1
             wants_logits = end - 1 == last and row.job.max_tokens > 0
@@ -340,7 +348,7 @@ class LlamaEngine:
             else:
                 changed[row.key] = row.update()
         if generating:
-            self._pacer.took(done - len(generating))
+            self._pacer.took(done - len(generating), room)
         if done:
             self._counters["steps"] += 1
             self._counters["last"] = done
@@ -357,12 +365,6 @@ class LlamaEngine:
         for row in rows:
             changed[row.key] = self._finish(row, "error")
         return False
-
-    def _chunk_end(self, row: Row, start: int, budget: int) -> int:
-        """Where this step's prompt chunk for `row` ends (== start: wait for the next step)."""
-        exact = self._pool is not None and self._pool.exact_only
-        checkpoints = row.checkpoints if exact else ()
-        return chunk_end(len(row.job.prompt), start, budget, self.plan.n_ubatch, checkpoints)
 
     def _sample(self, row: Row, index: int) -> JobUpdate:
         """Draw the row's next token from the logits at batch `index` (biased and masked first)."""

@@ -9,6 +9,7 @@ recurrent/hybrid models only whole saved checkpoints are adopted (`exact_only`).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from kinfer.engines.llama import native
@@ -16,21 +17,45 @@ from kinfer.engines.prefix_index import PrefixIndex, common_prefix_length
 
 log = logging.getLogger(__name__)
 
-# Adopting copies a whole KV stream, which for a handful of tokens costs more than recomputing them.
+# Adopting copies a whole KV stream (llama.cpp copies a stream's buffers, every cell of the row, not
+# just the shared ones), which for a handful of tokens can cost more than recomputing them: the
+# threshold weighs one against the other (`reuse_threshold`). Until the engine has timed a prompt
+# chunk, this many shared tokens are needed.
 MIN_REUSE_TOKENS = 32
+LEAST_REUSE_TOKENS = 4  # however cheap the copy, a shorter match is not worth an entry
+# bytes a second of a stream copy, kept low: memcpy on a CPU (7-14 GB/s measured on a 2-core EPYC),
+# a device-to-device copy on a GPU
+COPY_BYTES_PER_S_CPU = 5e9
+COPY_BYTES_PER_S_GPU = 2e11
+
+
+def reuse_threshold(stream_bytes: int, prompt_token_s: float | None, *, gpu: bool) -> int:
+    """The fewest shared tokens worth adopting: where copying one KV stream of `stream_bytes` takes
+    less time than prefilling that many tokens at `prompt_token_s` seconds each (None: not timed yet).
+
+    On a CPU prefill is dear (4 ms a token of the bundled SmolLM2 on 2 cores) and a stream of a few
+    hundred cells copies in a millisecond or two, so a chat template's system preamble (24 tokens for
+    SmolLM2) is worth adopting; a 32,768-cell stream of the same model (~750 MB) is worth it from
+    ~40 tokens."""
+    if prompt_token_s is None or prompt_token_s <= 0:
+        return MIN_REUSE_TOKENS
+    copy_s = stream_bytes / (COPY_BYTES_PER_S_GPU if gpu else COPY_BYTES_PER_S_CPU)
+    return max(LEAST_REUSE_TOKENS, math.ceil(copy_s / prompt_token_s))
 
 
 class PrefixPool:
     """Saved token prefixes, one per pool sequence id, evicted least recently used first."""
 
     def __init__(
-        self, mem: int, slots: Sequence[int], *, exact_only: bool, min_tokens: int = MIN_REUSE_TOKENS
+        self, mem: int, slots: Sequence[int], *, exact_only: bool, stream_bytes: int = 0, gpu: bool = False
     ) -> None:
+        """`stream_bytes`: what adopting a prefix copies (a row's whole KV stream), on a GPU or not."""
         self._mem = mem
         self._free = list(reversed(slots))
         self._index = PrefixIndex(len(slots))
         self.exact_only = exact_only
-        self.min_tokens = max(1, min_tokens)
+        self._stream_bytes, self._gpu = stream_bytes, gpu
+        self.min_tokens = MIN_REUSE_TOKENS  # shared tokens worth a copy, as of the last adopt
 
     @property
     def lookups(self) -> int:
@@ -48,11 +73,13 @@ class PrefixPool:
         lru_first = self._index.keys()  # PrefixIndex is not iterable itself
         return [self._index.tokens(key) for key in lru_first]
 
-    def adopt(self, seq: int, prompt: Sequence[int]) -> int:
+    def adopt(self, seq: int, prompt: Sequence[int], prompt_token_s: float | None = None) -> int:
         """Fill the empty sequence `seq` with the longest saved prefix of `prompt`; returns the number
-        of prompt tokens it now holds (0 when nothing useful is saved)."""
+        of prompt tokens it now holds (0 when nothing useful is saved). `prompt_token_s`: what the
+        engine last timed a prompt token's prefill at (None: not yet), weighed against the copy."""
         if self._index.capacity == 0:
             return 0
+        self.min_tokens = reuse_threshold(self._stream_bytes, prompt_token_s, gpu=self._gpu)
         # leave at least two tokens to evaluate (a lone token takes another attention kernel, and the
         # reply would differ from a cold run's); whole checkpoints cannot be cut, so they may leave one
         candidates = prompt if self.exact_only else prompt[:-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kinfer.engines.llama.prefix import LEAST_REUSE_TOKENS, MIN_REUSE_TOKENS, reuse_threshold
 from kinfer.engines.prefix_index import common_prefix_length
 from tests.engines.llama.fixtures import SYSTEM, chat_prompt, job, make_engine, run_alone
 
@@ -94,11 +95,12 @@ def test_the_pool_evicts_the_least_recently_used_prompt(make_engine):
     engine = make_engine(rows=2)  # two pool slots
     topics = ["volcanoes", "the history of the printing press", "deep sea octopus behaviour"]
     prompts = {
-        t: chat_prompt(engine, f"Write three paragraphs about {t}.", system=f"You are an expert on {t}. " * 6)
+        t: chat_prompt(engine, f"Write three paragraphs about {t}.", system=f"{t.title()}: you know it. " * 6)
         for t in topics
     }
     a, b, c = (prompts[t] for t in topics)
-    assert all(common_prefix_length(x, y) < 32 for x, y in [(a, b), (a, c), (b, c)])
+    # too little in common to adopt from each other, however cheap a copy is
+    assert all(common_prefix_length(x, y) < LEAST_REUSE_TOKENS for x, y in [(a, b), (a, c), (b, c)])
 
     for key, prompt in [("a", a), ("b", b)]:
         run_alone(engine, job(key, prompt, max_tokens=2))
@@ -123,3 +125,34 @@ def test_with_the_prefix_cache_off_nothing_is_saved_or_reused(make_engine):
     stats = engine.stats()
     assert (stats.prefix_lookups, stats.prefix_hits) == (0, 0)
     assert engine.plan.pool_slots == 0
+
+
+def test_a_short_shared_preamble_is_adopted_once_prefill_has_been_timed(make_engine):
+    # SmolLM2's template opens every chat with the same system turn: 24 tokens, two more with the
+    # user's turn. Copying a row's KV stream (a few hundred cells here) is far cheaper on a CPU than
+    # prefilling 26 tokens, so once a prompt chunk has been timed the preamble is adopted.
+    engine = make_engine(rows=2, ctx=512)
+    cold = make_engine(rows=1, prefix_cache=False, ctx=512)
+    preamble = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    first = chat_prompt(engine, "When do you open?", system=preamble)
+    second = chat_prompt(engine, "Do you sell croissants?", system=preamble)
+    shared = common_prefix_length(first, second)
+    assert LEAST_REUSE_TOKENS <= shared < MIN_REUSE_TOKENS
+
+    assert run_alone(engine, job("t1", first)).reused_tokens == 0  # nothing timed, nothing saved yet
+    warm = run_alone(engine, job("t2", second, max_tokens=24))
+
+    assert warm.reused_tokens == shared
+    assert warm.text == run_alone(cold, job("c2", second, max_tokens=24)).text
+
+
+def test_adopting_needs_as_many_shared_tokens_as_the_stream_copy_costs_in_prefill():
+    mib = 2**20
+    assert reuse_threshold(10 * mib, None, gpu=False) == MIN_REUSE_TOKENS  # no prefill timed yet
+    # 10 MiB at 5 GB/s: ~2 ms, under one token at 4 ms a token
+    assert reuse_threshold(10 * mib, 0.004, gpu=False) == LEAST_REUSE_TOKENS
+    # a 32,768-cell stream of SmolLM2 (~750 MiB): ~157 ms, 40 tokens' prefill
+    assert reuse_threshold(750 * mib, 0.004, gpu=False) == 40
+    # a GPU copies a stream far faster than a CPU, and prefills far faster too
+    assert reuse_threshold(750 * mib, 0.0001, gpu=True) == 40
+    assert reuse_threshold(750 * mib, 0.001, gpu=True) == LEAST_REUSE_TOKENS
