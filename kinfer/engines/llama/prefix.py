@@ -47,7 +47,7 @@ class PrefixPool:
     """Saved token prefixes, one per pool sequence id, evicted least recently used first."""
 
     def __init__(
-        self, mem: int, slots: Sequence[int], *, exact_only: bool, stream_bytes: int = 0, gpu: bool = False
+        self, mem: int, slots: Sequence[int], *, exact_only: bool, stream_bytes: int, gpu: bool
     ) -> None:
         """`stream_bytes`: what adopting a prefix copies (a row's whole KV stream), on a GPU or not."""
         self._mem = mem
