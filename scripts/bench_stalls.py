@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 
 from kinfer.bench.prompts import PromptSizer, fit_sizer, prompt_text
-from kinfer.bench.servers import start_kinfer
+from kinfer.bench.servers import start_kinfer, tree_env
 from kinfer.store.bundled import bundled_gguf
 
 AFTER_FIRST_S = 1.0  # how long the rows are watched after the long prompt's first token
@@ -161,9 +161,7 @@ def check_rows(url: str, model: str | None, needed: int) -> None:
 
 
 def run_tree(label: str, tree: Path, args: argparse.Namespace, sizer: PromptSizer | None, seed: int):
-    # this tree's kinfer, not the cwd's; what PYTHONPATH held (a GPU machine's staged packages) after it
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
-    env["PYTHONSAFEPATH"] = "1"
+    env = tree_env(tree)  # this tree's kinfer, not the cwd's
     logs = Path(tempfile.mkdtemp(prefix=f"kinfer-stalls-{label}-"))
     extra = ["--step-budget-ms", str(args.step_budget_ms)] if args.step_budget_ms is not None else []
     load_before = os.getloadavg()

@@ -13,8 +13,7 @@ streamed, and kinfer's prefix-pool counters from `/metrics`. Where `bench_peers.
 percentiles, this shows how a burst was admitted: all at once (llama-server) or a few per step.
 
 `--tree NAME=DIR` runs kinfer from another source tree (a checkout of an older commit), repeatable;
-without it the kinfer installed here runs. The servers start from this script's directory's parent,
-not from a tree, so each tree's `kinfer` is the one imported.
+without it the kinfer installed here runs.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,8 +29,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kinfer.bench.clients import Target, chat_body, chat_path
 from kinfer.bench.prompts import prompt_text
-from kinfer.bench.servers import LaunchedServer, Target, start_kinfer, start_llama_server
+from kinfer.bench.servers import LaunchedServer, start_kinfer, start_llama_server, tree_env
 from kinfer.store.bundled import bundled_gguf
 
 WORDS = 48
@@ -43,18 +42,10 @@ POOL_METRICS = ("kinfer_prefix_hits", "kinfer_reused_prefix_tokens", "kinfer_pro
 async def stream_one(
     client: httpx.AsyncClient, target: Target, text: str, max_tokens: int, t0: float
 ) -> list[float]:
-    """Arrival times (seconds after t0) of every content chunk of one streamed chat."""
-    body = {
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": max_tokens,
-        "stream": True,
-        "temperature": 0.0,
-        **target.extra_body,
-    }
-    if target.model:
-        body["model"] = target.model
-    times = []
-    async with client.stream("POST", target.url + "/v1/chat/completions", json=body) as response:
+    """Arrival times (seconds after t0) of every content chunk of one streamed chat (OpenAI dialect)."""
+    body = chat_body(target, [{"role": "user", "content": text}], max_tokens, stream=True)
+    url, times = target.url + chat_path(target.dialect), []
+    async with client.stream("POST", url, json=body, headers=target.headers()) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -105,7 +96,7 @@ def start(name: str, args: argparse.Namespace, trees: dict[str, Path], logs: Pat
     if name == "llama-server":
         gguf = bundled_gguf()
         return start_llama_server(args.llama_server, gguf, parallel=args.streams, ctx=ctx, log_dir=logs)
-    env = {"PYTHONPATH": str(trees[name])} if name in trees else {}
+    env = tree_env(trees[name]) if name in trees else {}
     extra = tuple(args.kinfer_args.split())
     return start_kinfer(
         weights=bundled_gguf(), parallel=args.streams, ctx=ctx, log_dir=logs, extra_args=extra, env=env
@@ -124,10 +115,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     trees = {name: Path(d).resolve() for name, d in (t.split("=", 1) for t in args.tree)}
-    args.llama_server = args.llama_server.resolve()
-    json_out = args.json.resolve() if args.json else None
     names = ["llama-server", *(trees or ["kinfer"])]
-    os.chdir(Path(__file__).resolve().parent.parent if not trees else "/")  # `-m kinfer` imports from cwd
     logs = Path("/tmp/burst-timeline")
     results = []
     for round_ in range(args.rounds):
@@ -144,9 +132,9 @@ def main() -> int:
                 results.append(out)
             finally:
                 server.stop()
-    if json_out:
+    if args.json:
         command = "python " + " ".join(sys.argv)
-        json_out.write_text(json.dumps({"command": command, "results": results}, indent=1))
+        args.json.write_text(json.dumps({"command": command, "results": results}, indent=1))
     return 0
 
 

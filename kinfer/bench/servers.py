@@ -172,6 +172,14 @@ def linked_home(weights: Path) -> tuple[Path, str]:
     return home, name
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """Environment for a kinfer server run from the source tree `tree` (a checkout of another commit, to
+    compare two versions in one run): the tree first on PYTHONPATH, what PYTHONPATH held (a GPU machine's
+    staged packages) after it, and PYTHONSAFEPATH so `python -m kinfer` does not import the cwd's kinfer."""
+    path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
+
+
 def kinfer_command(
     port: int,
     *,

@@ -78,6 +78,7 @@ class LlamaEngine:
         native.init_backend()
         gpu = native.supports_gpu_offload()
         self._model = native.load_model(Path(path), gpu_layers if gpu else 0)
+        self._gpu = gpu = gpu and gpu_layers != 0  # layers on a GPU
         self._ctx = 0
         self._batch: native.TokenBatch | None = None
         try:
@@ -88,13 +89,13 @@ class LlamaEngine:
                 ctx=ctx,
                 threads=threads,
                 prefix_cache=prefix_cache,
-                gpu=gpu and gpu_layers != 0,
+                gpu=gpu,
                 train_context=facts.train_context,
                 kv_bytes_per_token=facts.kv_bytes_per_token,
                 max_sequences=native.max_sequences(),
                 step_tokens=step_tokens,
                 min_ctx=min_ctx,
-                budget=(budget := device_budget(memory_budget_gb, gpu and gpu_layers != 0)),
+                budget=(budget := device_budget(memory_budget_gb, gpu)),
                 weights=facts.model_bytes,
                 state_bytes_per_row=gguf_state_bytes(Path(path)),
                 n_vocab=self._vocab.n_tokens,
@@ -108,23 +109,22 @@ class LlamaEngine:
                 n_batch=plan.n_batch,
                 n_ubatch=plan.n_ubatch,
                 threads=plan.threads,
-                gpu=gpu and gpu_layers != 0,
+                gpu=gpu,
                 flash_attn=flash_attn,
             )
             self._batch = native.TokenBatch(plan.n_batch)
             # a user's --threads N is the override; on a GPU the thread count hardly matters
             if thread_tuning == "auto":
-                auto = threads <= 0 and not (gpu and gpu_layers != 0)
+                auto = threads <= 0 and not gpu
                 thread_tuning = TunerConfig.for_threads(plan.threads) if auto else None
             self._threads = DecodeThreads(self._ctx, plan.threads, thread_tuning)
             # prompt chunks beside generating rows keep to the step time budget (not the memory budget)
-            self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu and gpu_layers != 0)
+            self._pacer = PrefillBudget.on(step_budget_ms, plan.n_batch, gpu=gpu)
         except BaseException:
             self.close()
             raise
         self._mem = native.context_memory(self._ctx)
         self._row_len = native.context_seq_length(self._ctx)
-        self._gpu = gpu and gpu_layers != 0
         self.flash_attention = native.flash_attention(self._ctx)  # as llama.cpp resolved --flash-attn
         recurrent = facts.recurrent or facts.hybrid
         self._pool = (
