@@ -14,7 +14,8 @@
 #                kernels); qwen3-0.6b's context is 40,960 tokens, so a 50,000-token prompt needs
 #                SIZE=qwen3.5-0.8b CTX=65536
 #   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
-#                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s)
+#                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s); PER_STEP=1:
+#                each step recorded apart, a line each (its host CUDA calls, its new graphs)
 # Seen on 2026-12-04 (sixth session): setup + models + two stall runs ~245 s of a call's 600.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,9 +48,10 @@ for step in "$@"; do
     sa*) stall "$TREE_A" "$step" ;;
     sb*) stall "$TREE_B" "$step" ;;
     kernels*)
-      (cd "$TREE_B" && PYTHONPATH=/tmp/site:$TREE_B python3 scripts/profile_steps.py stall --weights "$M/$SIZE" \
-        --rows 16 --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 --before 30 --after 10 \
-        --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" --json "$R/$step.json") > "$R/$step.txt" 2>&1
+      (cd "$TREE_B" && PYTHONPATH=$TREE_B/scripts/step_log:/tmp/site:$TREE_B python3 scripts/profile_steps.py stall \
+        --weights "$M/$SIZE" --rows 16 --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 \
+        --before 30 --after 10 --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" ${PER_STEP:+--kernels-per-step} \
+        --json "$R/$step.json") > "$R/$step.txt" 2>&1
       grep -v 'Warning\|_warn_once' "$R/$step.txt" | grep -v '^    ' | cut -c1-240 | head -40 ;;
     *) echo "unknown step: $step" ;;
   esac

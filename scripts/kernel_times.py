@@ -38,6 +38,7 @@ class KernelTimes:
     def __init__(self) -> None:
         self.events: list[dict] = []
         self.api_calls: list[dict] = []
+        self.marks: list[dict] = []  # torch.profiler.record_function ranges (a caller's steps)
 
     def __enter__(self) -> KernelTimes:
         import torch
@@ -68,6 +69,16 @@ class KernelTimes:
         ]
         self.events = sorted((e for e in timed if e["cat"] in _DEVICE_CATEGORIES), key=lambda e: e["ts"])
         self.api_calls = [e for e in timed if e["cat"] in _API_CATEGORIES]
+        self.marks = sorted((e for e in timed if e["cat"] == "user_annotation"), key=lambda e: e["ts"])
+
+    def within(self, mark: dict) -> KernelTimes:
+        """The host calls, and the kernels they launched, inside one marked range (a step)."""
+        start, stop = mark["ts"], mark["ts"] + mark["dur"]
+        part = KernelTimes()
+        part.api_calls = [e for e in self.api_calls if start <= e["ts"] <= stop]
+        launched = {e["correlation"] for e in part.api_calls if e.get("correlation") is not None}
+        part.events = [e for e in self.events if e.get("correlation") in launched]
+        return part
 
     def busy_us(self) -> float:
         """Device time with at least one kernel or copy running (overlaps counted once)."""
@@ -94,7 +105,7 @@ class KernelTimes:
         holds (a cuBLAS variant, an extra gather) shows which op brought it."""
         kernels: dict[object, list[dict]] = defaultdict(list)
         for e in self.events:  # in time order
-            if e["cat"] == "kernel" and e.get("correlation") is not None:
+            if e.get("correlation") is not None:  # kernels, and a graph's memsets and copies
                 kernels[e["correlation"]].append(e)
         start = self.events[0]["ts"] if self.events else 0.0
         found: list[dict] = []

@@ -14,6 +14,8 @@ No server, no scheduler: the engine as the scheduler's worker thread drives it.
 `--kernels N` records every CUDA kernel of N steps through CUPTI (kernel_times.py; torch on the
 machine): in `stall` once the long prompt is `--kernels-at` of the way in, in `decode` the last N
 steps; the JSON's `kernels` holds device time by kernel, and each profiled step has `kernels: true`.
+With `--kernels-per-step` each of those steps is recorded apart (`kernel_steps`: its host CUDA calls,
+the graphs it instantiated), a line each: which step of a window met what.
 
 First sightings: with MLX_PTX_CACHE_DIR set to an empty folder, each step also lists the CUDA modules
 MLX's JIT compiled during it (a new .ptx file there: 1-4 s of NVRTC each on the H200), and `stall`
@@ -24,6 +26,7 @@ penalties, logprobs, a logit bias), so a kernel the warm-up left out shows up as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -99,10 +102,14 @@ def _step(engine, log: list[dict], began: float) -> list:
 
 
 class KernelWindow:
-    """`steps` consecutive steps under CUPTI from `begin()` on (kernel_times.py); others run untouched."""
+    """`steps` consecutive steps under CUPTI from `begin()` on (kernel_times.py); others run untouched.
+    `per_step`: each step marked (torch.profiler.record_function) and read apart, a line each: its host
+    CUDA calls and the graphs it instantiated, so a slow step is told apart from its neighbours."""
 
-    def __init__(self, steps: int) -> None:
+    def __init__(self, steps: int, per_step: bool = False) -> None:
         self.left, self.open, self.times = steps, None, None
+        self.per_step = per_step
+        self.marked: list[dict] = []  # the marked steps' log entries, in order
 
     def begin(self) -> None:
         if self.left > 0 and self.open is None and self.times is None:
@@ -112,10 +119,19 @@ class KernelWindow:
             mx.synchronize()  # the window holds only its own steps' kernels
             self.open = KernelTimes().__enter__()
 
+    def mark(self):
+        """A context for one step: a named range in the trace while the window is open."""
+        if self.open is None or not self.per_step:
+            return contextlib.nullcontext()
+        from torch.profiler import record_function
+
+        return record_function(f"step {len(self.marked)}")
+
     def after_step(self, log: list[dict]) -> None:
         if self.open is None:
             return
         log[-1]["kernels"] = True
+        self.marked.append(log[-1])
         self.left -= 1
         if self.left == 0:
             import mlx.core as mx
@@ -123,13 +139,50 @@ class KernelWindow:
             mx.synchronize()
             self.open.__exit__(None, None, None)
             self.open, self.times = None, self.open
-            print(self.times.table(), flush=True)
+            if not self.per_step:
+                print(self.times.table(), flush=True)
+                return
+            for step, mark in zip(self.marked, self.times.marks, strict=False):
+                step["kernel_step"] = _step_calls(self.times.within(mark))
+                print(_step_line(step), flush=True)
 
     def result(self, log: list[dict]) -> dict:
         if self.times is None:
             return {}
         profiled = [s["ms"] for s in log if s.get("kernels")]
         return {"kernels": self.times.summary() | {"steps": len(profiled), "step_ms": profiled}}
+
+
+def _step_calls(times) -> dict:
+    """One step's host CUDA calls and the graphs it instantiated (their kernels, in order)."""
+    from kernel_times import runs
+
+    return {
+        "api_calls": times.by_api_call()[:15],
+        "new_graphs": [
+            {"instantiate_us": g["instantiate_us"], "kernels": len(g["kernels"]), "runs": runs(g["kernels"])}
+            for g in times.new_graphs()
+        ],
+    }
+
+
+def _step_line(step: dict) -> str:
+    calls = {c["call"]: c for c in step["kernel_step"]["api_calls"]}
+
+    def took(name: str) -> str:
+        c = calls.get(name)
+        return f"{c['calls']} x {c['total_ms']:.2f} ms" if c else "0"
+
+    lines = [
+        f"step {step['ms']:.1f} ms prefill {step.get('prefill')} fed {step.get('fed')}: instantiate "
+        f"{took('cudaGraphInstantiate')}, update {took('cudaGraphExecUpdate')}, launch "
+        f"{took('cudaGraphLaunch')}, exec destroy {took('cudaGraphExecDestroy')}, malloc "
+        f"{took('cudaMallocAsync')}, free {took('cudaFreeAsync')}"
+    ]
+    for graph in step["kernel_step"]["new_graphs"]:
+        head = f"  new graph ({graph['instantiate_us']:.0f} us) {graph['kernels']} kernels"
+        lines.append(f"{head}: {graph['runs'][:300]}")
+    return "\n".join(lines)
 
 
 def stall(args: argparse.Namespace) -> dict:
@@ -150,10 +203,13 @@ def stall(args: argparse.Namespace) -> dict:
     log: list[dict] = []
     began = time.perf_counter()
 
-    window = KernelWindow(args.kernels)
+    window = KernelWindow(args.kernels, args.kernels_per_step)
 
     def step() -> list:
-        updates = _step(engine, log, began)
+        with window.mark():
+            updates = _step(engine, log, began)
+        long = next((r for r in engine._slots if r is not None and r.job.job_id == "long"), None)
+        log[-1]["fed"] = long.fed if long is not None else None
         window.after_step(log)
         for u in updates:
             if u.finish is not None and u.job_id != "long":
@@ -229,6 +285,9 @@ def main() -> None:
     parser.add_argument("--kernels", type=int, default=0, help="steps to record kernel by kernel (CUDA)")
     parser.add_argument(
         "--kernels-at", type=float, default=0.9, help="stall: share of the long prompt in before recording"
+    )
+    parser.add_argument(
+        "--kernels-per-step", action="store_true", help="record each of those steps apart (a line each)"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

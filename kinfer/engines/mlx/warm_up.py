@@ -15,7 +15,11 @@ So a CUDA engine runs, at load, one pass of each shape of that kind:
   joining the batch would otherwise meet that graph first: 68-96 ms steps in the seventh H200 session);
 - a one-row prefill pass at every ladder length up to a prompt's share of a step beside decoding rows
   (prefill_budget.UNTIMED_BESIDE_DECODE): a long prompt's chunks and its last, shorter one; on a
-  recurrent model both with and without a padded end (its padding mask is a different graph); where
+  recurrent model both with and without a padded end (its padding mask is a different graph); each
+  length again past position 0, where the chunk's keys stop short of their bucket and the attention
+  masks the padding (a long prompt's second chunk, or a prompt's first after a pooled preamble: on the
+  H200 both parts of that chunk instantiated 5 new CUDA graphs each, 9-15 ms a step, while the chunks
+  at position 0 and later ones instantiated none; 2026-12-05 in docs/benchmarks.md); where
   the engine runs a prompt's chunks a few layers a step (prompt_passes.py), in those parts as well. These
   also trace the compiled functions one row's chunks run through (compiled_step.py, compiled_layers.py).
 Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
@@ -46,7 +50,6 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK, PassLayout
 from kinfer.engines.mlx.logits import LogprobRows, bias_table, with_bias
 from kinfer.engines.mlx.rows import feed_tokens
@@ -89,11 +92,12 @@ def warm_shapes(
     """The shapes an engine of `slots` rows runs at load: every decode row count (greedy, sampled,
     and split where `split`: the fused decode kernel serves it), one-row prefill lengths of the
     ladder up to `prefill_up_to` (no longer than a row of `ctx` tokens holds: a small --ctx would
-    overrun its table), then a chunk of that share at every key bucket past `SHORT_CONTEXT` that such
-    a row reaches (cuDNN's plan per attention shape). Where `split_parts` cuts a chunk ending at a
-    position into parts (prompt_passes.py: a long prompt's chunks beside decoding rows), the warm-up
-    runs those parts (each part's graphs are its own): the ladder lengths both whole (a prompt that
-    goes in at once) and in parts, the long chunks in parts only."""
+    overrun its table), each again past position 0 (`CONTINUED`), then a chunk of that share at every
+    key bucket such a row reaches (cuBLAS's kernels, cuDNN's plan per attention shape). Where
+    `split_parts` cuts a chunk ending at a position into parts (prompt_passes.py: a long prompt's
+    chunks beside decoding rows), the warm-up runs those parts (each part's graphs are its own): the
+    ladder lengths both whole (a prompt that goes in at once) and in parts, the continued and long
+    chunks in parts only."""
     if ctx is not None:
         prefill_up_to = min(prefill_up_to, ctx)
     decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
@@ -108,22 +112,39 @@ def warm_shapes(
             shapes.append(WarmShape(1, length, parts=split_parts(length)))
         if recurrent:
             shapes.append(WarmShape(1, length, padded=True))
+    for length in (n for n in lengths if ctx is None or CONTINUED + n <= ctx):
+        # a chunk past position 0 (a long prompt's second, or one after a pooled preamble): its
+        # attention masks keys padded past the chunk's end, graphs of their own (CONTINUED below)
+        shapes.append(WarmShape(1, length, context=CONTINUED, parts=split_parts(CONTINUED + length)))
+        if recurrent:
+            shapes.append(WarmShape(1, length, padded=True, context=CONTINUED))
     if prefill_up_to >= LONG_CONTEXT_QUERIES:
         long = LONG_CONTEXT_QUERIES
         shapes += [
-            WarmShape(1, long, context=end - long, parts=split_parts(end)) for end in long_ends(ctx or 0)
+            WarmShape(1, long, context=end - long, parts=split_parts(end))
+            for end in chunk_ends(long, ctx or 0)
         ]
     return shapes
 
 
-def long_ends(ctx: int) -> list[int]:
-    """A chunk's end (its keys, whole KV blocks) in each key bucket past SHORT_CONTEXT up to `ctx`'s:
-    one block short of the bucket where a row holds that much, so the keys are padded as serving's
-    usually are."""
+# A continued chunk's start in the warm-up: one position in, so its keys (start + chunk) fall short of
+# a bucket and the attention masks them as serving's continued chunks do (sdpa_buckets.py).
+CONTINUED = 1
+
+
+def chunk_ends(chunk: int, ctx: int) -> list[int]:
+    """A `chunk`-token chunk's end in each key bucket past the chunk up to `ctx`'s: one KV block short
+    of the bucket (or one position, where the bucket is narrower than a block) where a row holds that
+    much, so the keys are padded as serving's usually are. Below SHORT_CONTEXT a new key length may
+    change which kernels cuBLAS runs the attention's products with (a graph of new topology); past
+    it cuDNN plans per shape."""
     ends = []
-    size = bucket(SHORT_CONTEXT + 1)
+    size = bucket(chunk + 2)
     while size <= bucket(ctx):
-        ends.append(min(size - BLOCK, ctx // BLOCK * BLOCK))
+        short = size - BLOCK if bucket(size - BLOCK) == size else size - 1  # small buckets: < a block
+        end = min(short, ctx // BLOCK * BLOCK)
+        if end > chunk and not (ends and bucket(ends[-1]) == bucket(end)):  # a later chunk, a new bucket
+            ends.append(end)
         size = bucket(size + 1)
     return ends
 

@@ -18,7 +18,14 @@ from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.shape_buckets import bucket, decode_rows
-from kinfer.engines.mlx.warm_up import ScratchPass, WarmShape, run_shape, warm_shapes, warm_step_ops
+from kinfer.engines.mlx.warm_up import (
+    CONTINUED,
+    ScratchPass,
+    WarmShape,
+    run_shape,
+    warm_shapes,
+    warm_step_ops,
+)
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
 from tests.engines.mlx.test_engine import QUESTIONS
@@ -46,15 +53,36 @@ def test_a_long_prompts_one_row_chunks_are_warmed_up_to_its_share_beside_decodin
     assert {shape_buckets.bucket(n) for n in range(1, 257)} <= set(lengths)
 
 
-def test_rows_that_reach_past_the_short_context_warm_a_chunk_at_every_key_bucket_they_reach():
+def test_a_rows_chunks_of_its_share_are_warmed_at_every_key_bucket_it_reaches():
     # cuDNN plans one graph per attention shape: past SHORT_CONTEXT keys each new key bucket met while
-    # rows streamed cost a 75-780 ms step on the H200 (sdpa_buckets.py)
-    long = [s for s in warm_shapes(16, recurrent=True, ctx=40960) if s.context]
-    ends = [s.context + s.length for s in long]
-    assert all(s.length == LONG_CONTEXT_QUERIES and not s.padded and s.rows == 1 for s in long)
-    assert [bucket(end) for end in ends] == sorted({bucket(n) for n in range(SHORT_CONTEXT + 1, 40961)})
-    assert all(end <= 40960 and end % BLOCK == 0 for end in ends)  # whole blocks, inside a row
-    assert not [s for s in warm_shapes(16, recurrent=False, ctx=SHORT_CONTEXT) if s.context]
+    # rows streamed cost a 75-780 ms step on the H200 (sdpa_buckets.py); below it a new key length may
+    # change cuBLAS's kernels for the attention's products, a CUDA graph of a new topology
+    later = [s for s in warm_shapes(16, recurrent=True, ctx=40960) if s.context > CONTINUED]
+    ends = [s.context + s.length for s in later]
+    assert all(s.length == LONG_CONTEXT_QUERIES and not s.padded and s.rows == 1 for s in later)
+    share = LONG_CONTEXT_QUERIES
+    assert [bucket(end) for end in ends] == sorted({bucket(n) for n in range(share + 2, 40961)})
+    assert all(end < bucket(end) <= 40960 for end in ends)  # keys padded, as serving's mostly are
+    assert all(end % BLOCK == 0 for end in ends if end > SHORT_CONTEXT)  # whole blocks, where buckets allow
+    small = [s for s in warm_shapes(16, recurrent=False, ctx=SHORT_CONTEXT) if s.context > CONTINUED]
+    assert max(s.context + s.length for s in small) <= SHORT_CONTEXT
+    assert [s.context + s.length for s in warm_shapes(4, recurrent=False, ctx=400) if s.context > 1] == [
+        319,
+        383,
+    ]
+
+
+def test_every_chunk_length_is_warmed_past_position_0_too_in_the_parts_serving_runs_it_in():
+    # a chunk past position 0 masks its keys' padding: on the H200 such a chunk's two parts met 10 new
+    # CUDA graphs while 16 replies streamed, though its length had been warmed at position 0
+    shapes = warm_shapes(16, recurrent=False, split_parts=lambda end: 2)
+    at_0 = [s.length for s in shapes if not s.decode and not s.context]
+    continued = [s for s in shapes if s.context == CONTINUED]
+    assert sorted({s.length for s in continued}) == sorted(set(at_0))
+    assert all(s.parts == 2 and bucket(CONTINUED + s.length) > CONTINUED + s.length for s in continued)
+    recurrent = [s for s in warm_shapes(16, recurrent=True) if s.context == CONTINUED]
+    assert {s.length for s in recurrent if s.padded} == {s.length for s in recurrent if not s.padded}
+    assert all(CONTINUED + s.length <= 100 for s in warm_shapes(4, recurrent=False, ctx=100) if s.context)
 
 
 def trained_longer(path: Path, tmp_path: Path) -> Path:
@@ -221,8 +249,8 @@ def test_the_warm_up_runs_only_where_shapes_are_padded(tiny_qwen3, make_mlx, mon
         make_mlx(tiny_qwen3, rows=4, warm_up=False)
     finally:
         shape_buckets.set_enabled(None)
-    # with the ladder's chunks in parts too (prompt_passes.py): a two-layer model's two
-    assert ran == [len(warm_shapes(4, recurrent=False, split=True, split_parts=lambda end: 2))]
+    # with the ladder's chunks in parts too (prompt_passes.py): a two-layer model's two; rows of 512
+    assert ran == [len(warm_shapes(4, recurrent=False, split=True, ctx=512, split_parts=lambda end: 2))]
 
 
 def test_a_step_launches_each_of_its_passes_on_its_own(tiny_qwen3, make_mlx):
