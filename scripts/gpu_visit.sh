@@ -34,6 +34,8 @@ stall() {  # stall TREE NAME
     --json "$R/stalls-$2.json" 2>&1 | grep -v 'INFO\|HTTP Request' | tail -15
   python3 scripts/read_step_log.py "$R/steps-$2.log" 2>&1 | tail -12
   gzip -f "$R/steps-$2.log"
+  # one file for every run's log: a device call brings back a few files only (8 came back on 2026-12-05)
+  tar -rf "$R/steps.tar" -C "$R" "steps-$2.log.gz" && rm "$R/steps-$2.log.gz"
 }
 
 for step in "$@"; do
