@@ -9,7 +9,11 @@ records every attention call's (rows, queries, keys) during the warm-up, then se
 beside an agent sees: a short request whose prompt goes to the prefix pool, two rows streaming, and a
 longer prompt arriving beside them (its chat preamble adopted from the pool, so its first chunk starts
 past position 0), under CUDA's fixed share beside decoding rows. Printed: the shapes serving met that
-the warm-up never ran, each a first sighting on the H200.
+the warm-up never ran. A new shape is not always a new CUDA graph: MLX keys its graphs by topology and
+updates one in place for new sizes; on the H200 the chunks past position 0 met new graphs at their first
+such chunk only (its explicit mask), until the warm-up ran every length one position in
+(docs/benchmarks.md, "H200, 2026-12-05"). `profile_steps.py --kernels-per-step` names the graphs
+themselves, on a GPU.
 """
 
 from __future__ import annotations
