@@ -18,9 +18,9 @@ So a CUDA engine runs, at load, one pass of each shape of that kind:
   recurrent model both with and without a padded end (its padding mask is a different graph); each
   length again past position 0, where the chunk's keys stop short of their bucket and the attention
   masks the padding (a long prompt's second chunk, or a prompt's first after a pooled preamble: on the
-  H200 both parts of that chunk instantiated 5 new CUDA graphs each, 9-15 ms a step, while the chunks
-  at position 0 and later ones instantiated none; 2026-12-05 in docs/benchmarks.md); where
-  the engine runs a prompt's chunks a few layers a step (prompt_passes.py), in those parts as well. These
+  H200 both parts of that chunk instantiated 5 new CUDA graphs each, 9-12 ms of host time a step,
+  while the chunks at position 0 and later ones instantiated none; 2026-12-05 in docs/benchmarks.md);
+  where the engine runs a prompt's chunks a few layers a step (prompt_passes.py), in those parts too. These
   also trace the compiled functions one row's chunks run through (compiled_step.py, compiled_layers.py).
 Prefill passes with several rows (a burst's prompts together) come in too many shapes to run all.
 Then the decode step's work around the pass that no shape above reaches (`warm_step_ops`): rows fed
@@ -60,6 +60,11 @@ from kinfer.engines.prefill_budget import UNTIMED_BESIDE_DECODE
 from kinfer.protocol import Sampling
 
 log = logging.getLogger(__name__)
+
+
+# A continued chunk's start in the warm-up: one position in, so its keys (start + chunk) fall short of
+# a bucket and the attention masks them as serving's continued chunks do (sdpa_buckets.py).
+CONTINUED = 1
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ def warm_shapes(
             shapes.append(WarmShape(1, length, padded=True))
     for length in (n for n in lengths if ctx is None or CONTINUED + n <= ctx):
         # a chunk past position 0 (a long prompt's second, or one after a pooled preamble): its
-        # attention masks keys padded past the chunk's end, graphs of their own (CONTINUED below)
+        # attention masks keys padded past the chunk's end, graphs of their own
         shapes.append(WarmShape(1, length, context=CONTINUED, parts=split_parts(CONTINUED + length)))
         if recurrent:
             shapes.append(WarmShape(1, length, padded=True, context=CONTINUED))
@@ -125,11 +130,6 @@ def warm_shapes(
             for end in chunk_ends(long, ctx or 0)
         ]
     return shapes
-
-
-# A continued chunk's start in the warm-up: one position in, so its keys (start + chunk) fall short of
-# a bucket and the attention masks them as serving's continued chunks do (sdpa_buckets.py).
-CONTINUED = 1
 
 
 def chunk_ends(chunk: int, ctx: int) -> list[int]:
