@@ -35,7 +35,8 @@ def short_name(name: str) -> str:
 
 
 class KernelTimes:
-    def __init__(self) -> None:
+    def __init__(self, marks: bool = False) -> None:
+        self.with_marks = marks  # also record the host's ranges (record_function): torch's CPU activity
         self.events: list[dict] = []
         self.api_calls: list[dict] = []
         self.marks: list[dict] = []  # torch.profiler.record_function ranges (a caller's steps)
@@ -45,7 +46,8 @@ class KernelTimes:
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.init()  # the primary context MLX uses too
-        self._profile = profile(activities=[ProfilerActivity.CUDA])
+        cpu = [ProfilerActivity.CPU] if self.with_marks else []  # marks are CPU events to torch
+        self._profile = profile(activities=[ProfilerActivity.CUDA, *cpu])
         self._profile.__enter__()
         return self
 

@@ -117,7 +117,7 @@ class KernelWindow:
             from kernel_times import KernelTimes  # scripts/, the script's own folder, is on sys.path
 
             mx.synchronize()  # the window holds only its own steps' kernels
-            self.open = KernelTimes().__enter__()
+            self.open = KernelTimes(marks=self.per_step).__enter__()
 
     def mark(self):
         """A context for one step: a named range in the trace while the window is open."""
@@ -142,6 +142,8 @@ class KernelWindow:
             if not self.per_step:
                 print(self.times.table(), flush=True)
                 return
+            if len(self.times.marks) != len(self.marked):
+                print(f"per step: {len(self.times.marks)} marks for {len(self.marked)} steps", flush=True)
             for step, mark in zip(self.marked, self.times.marks, strict=False):
                 step["kernel_step"] = _step_calls(self.times.within(mark))
                 print(_step_line(step), flush=True)
