@@ -108,6 +108,9 @@ def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times,
     opened = []
 
     class FakeTimes:
+        def __init__(self, marks: bool = False) -> None:
+            self.marks = marks
+
         def __enter__(self):
             opened.append(self)
             self.closed = False
@@ -137,6 +140,66 @@ def test_the_window_records_exactly_its_steps_from_where_it_begins(kernel_times,
     assert len(opened) == 1 and opened[0].closed
     assert [s.get("kernels", False) for s in log] == [False, True, True, False, False]
     assert window.result(log)["kernels"] == {"busy_ms": 1.0, "steps": 2, "step_ms": [1.0, 2.0]}
+    assert opened[0].marks is False  # a window read whole needs no host ranges
+
+
+def test_a_steps_calls_are_the_ones_inside_its_mark_and_the_kernels_they_launched(kernel_times):
+    times = kernel_times.KernelTimes()
+    times.api_calls = [
+        {"name": "cudaGraphInstantiate", "ts": 10, "dur": 2000, "tid": 1, "correlation": None},
+        {"name": "cudaGraphLaunch", "ts": 2100, "dur": 50, "tid": 1, "correlation": 7},
+        {"name": "cudaGraphLaunch", "ts": 9000, "dur": 50, "tid": 1, "correlation": 8},
+    ]
+    times.events = [
+        {"name": "void a(int)", "cat": "kernel", "ts": 2200, "dur": 5, "correlation": 7},
+        {"name": "Memset (Device)", "cat": "gpu_memset", "ts": 2210, "dur": 1, "correlation": 7},
+        {"name": "void b(int)", "cat": "kernel", "ts": 9100, "dur": 5, "correlation": 8},
+    ]
+    first, second = times.within({"ts": 0, "dur": 5000}), times.within({"ts": 8000, "dur": 2000})
+    [graph] = first.new_graphs()
+    assert graph["kernels"] == ["a", "Memset"]  # a graph's memsets are part of its topology
+    assert [c["call"] for c in second.by_api_call()] == ["cudaGraphLaunch"] and not second.new_graphs()
+    assert [e["name"] for e in second.events] == ["void b(int)"]
+
+
+def test_a_per_step_window_marks_each_step_and_prints_a_line_each(kernel_times, monkeypatch, capsys):
+    class FakeTimes:
+        def __init__(self, marks: bool = False) -> None:
+            self.with_marks = marks
+            self.marks = [{"ts": 0, "dur": 10}, {"ts": 10, "dur": 10}]
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def within(self, mark):
+            instantiated = [{"call": "cudaGraphInstantiate", "calls": 1, "total_ms": 2.0, "mean_us": 2000}]
+            return SimpleNamespace(
+                by_api_call=lambda: instantiated if mark["ts"] == 10 else [],
+                new_graphs=lambda: [{"instantiate_us": 2000, "kernels": ["a", "a"]}] if mark["ts"] else [],
+            )
+
+    monkeypatch.setitem(
+        sys.modules, "kernel_times", SimpleNamespace(KernelTimes=FakeTimes, runs=lambda k: "a x2")
+    )
+    monkeypatch.setitem(sys.modules, "mlx.core", SimpleNamespace(synchronize=lambda: None))
+    import mlx
+
+    monkeypatch.setattr(mlx, "core", sys.modules["mlx.core"], raising=False)
+    window = _load("profile_steps").KernelWindow(2, per_step=True)
+    window.begin()
+    assert window.open.with_marks  # the host's ranges are recorded: torch's CPU activity
+    log: list[dict] = []
+    for i in range(2):
+        log.append({"ms": float(i), "prefill": 128, "fed": 256 * i})
+        window.after_step(log)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("step 0.0 ms prefill 128 fed 0: instantiate 0,")
+    assert lines[1].startswith("step 1.0 ms prefill 128 fed 256: instantiate 1 x 2.00 ms,")
+    assert lines[2] == "  new graph (2000 us) 2 kernels: a x2"
+    assert log[1]["kernel_step"]["new_graphs"][0]["kernels"] == 2
 
 
 def test_the_engine_bench_reads_the_devices_busy_time_over_decode_steps_only(
