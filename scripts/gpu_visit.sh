@@ -7,7 +7,11 @@
 # Steps (N: any suffix, a run's name):
 #   setup        stage $BUNDLE (default .gpu/bundle-4) and install the wheels, MLX only (~5 s)
 #   models       random-weight qwen3-0.6b and qwen3.5-0.8b, MLX and GGUF (~60 s)
+#   models1      $SIZE's alone (~30 s)
 #   sweepN       HTTP sweep of kinfer MLX on qwen3-0.6b at LEVELS (default 1,64,256; ~100 s)
+#   graphsN      two sweeps, MLX's data limit on a CUDA graph lifted then at the H200's default
+#                (sweep-sweep-graphsN-{lifted,default}.json; docs/benchmarks.md, "H200, 2026-12-05"):
+#                run it twice for ABAB (~200 s each)
 #   saN / sbN    a PROMPT-token prompt (default 30,000, --ctx $CTX, default 40,960) beside 16 streaming
 #                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
@@ -43,6 +47,10 @@ for step in "$@"; do
   case $step in
     setup) bash .gpu/stage.sh "${BUNDLE:-.gpu/bundle-4}" && bash scripts/gpu_mlx_only.sh ;;
     models) bash scripts/bench_gpu.sh models >/dev/null 2>&1; ls "$M" ;;
+    models1) python3 scripts/bench_models.py "$M" "$SIZE" >/dev/null 2>&1; ls "$M" ;;
+    graphs*)
+      MLX_MAX_MB_PER_BUFFER=1000000 bash "$0" "sweep-$step-lifted"
+      MLX_MAX_MB_PER_BUFFER=1000 bash "$0" "sweep-$step-default" ;;
     sweep*)
       TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash scripts/bench_gpu.sh sweep "$SIZE" 2>&1 \
         | grep -E 'tok/s|kinfer' | tail -8
