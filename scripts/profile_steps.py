@@ -14,8 +14,8 @@ No server, no scheduler: the engine as the scheduler's worker thread drives it.
 `--kernels N` records every CUDA kernel of N steps through CUPTI (kernel_times.py; torch on the
 machine): in `stall` once the long prompt is `--kernels-at` of the way in, in `decode` the last N
 steps; the JSON's `kernels` holds device time by kernel, and each profiled step has `kernels: true`.
-With `--kernels-per-step` each of those steps is recorded apart (`kernel_steps`: its host CUDA calls,
-the graphs it instantiated), a line each: which step of a window met what.
+With `--kernels-per-step` each of those steps is read apart (each profiled step's `kernel_step`: its
+host CUDA calls, the graphs it instantiated), a line each: which step of a window met what.
 
 First sightings: with MLX_PTX_CACHE_DIR set to an empty folder, each step also lists the CUDA modules
 MLX's JIT compiled during it (a new .ptx file there: 1-4 s of NVRTC each on the H200), and `stall`
@@ -206,12 +206,12 @@ def stall(args: argparse.Namespace) -> dict:
     began = time.perf_counter()
 
     window = KernelWindow(args.kernels, args.kernels_per_step)
+    long_row = None  # the long prompt's row, once it is submitted
 
     def step() -> list:
         with window.mark():
             updates = _step(engine, log, began)
-        long = next((r for r in engine._slots if r is not None and r.job.job_id == "long"), None)
-        log[-1]["fed"] = long.fed if long is not None else None
+        log[-1]["fed"] = long_row.fed if long_row is not None else None
         window.after_step(log)
         for u in updates:
             if u.finish is not None and u.job_id != "long":
