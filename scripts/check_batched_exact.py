@@ -11,6 +11,11 @@ GGUF from the bundled SmolLM2's float32 conversion with llama.cpp's quantizer (l
 layouts (`use_extra_bufts` off); `GGML_CPU_TILED_MM=0` turns off ggml's tiled K-quant matmul. On this
 VM SmolLM2 as Q4_K_M matched 0 of 8 as loaded, 1 of 8 without repacking, 8 of 8 with both off; the
 suite's Q4_1 and F32 models match 8 of 8 as loaded (docs/architecture.md, the llama.cpp engine).
+
+`--long N` opens every chat with the same N-word preamble (300 words: ~890-token prompts, chunked
+beside the rows already generating, and replies past 512 cells), and `--flash-attn` is kinfer's
+setting (`auto`: off on a CPU). With `--long 300` the bundled model matched 8 of 8 with flash
+attention off and 1 of 8 with it on (docs/benchmarks.md, "Flash attention on a CPU kept exact").
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ def replies(engine: llama_engine.LlamaEngine, jobs: list[GenerationJob]) -> dict
     texts: dict[str, list[str]] = {job.job_id: [] for job in jobs}
     while engine.has_work:
         for update in engine.step():
-            texts[update.job_id].append(update.text)
+            if update.text:  # a long prompt's chunks report progress with no text
+                texts[update.job_id].append(update.text)
     return texts
 
 
@@ -67,6 +73,8 @@ def main() -> int:
     parser.add_argument("--quantize", type=int, help="build the GGUF first: a llama_ftype number")
     parser.add_argument("--out", type=Path, default=Path("/tmp/smollm2-quantized.gguf"))
     parser.add_argument("--no-repack", action="store_true", help="no repacked CPU weight layouts")
+    parser.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="as kinfer's")
+    parser.add_argument("--long", type=int, default=0, help="a shared preamble of this many words first")
     args = parser.parse_args()
     gguf = quantize(args.quantize, args.out) if args.quantize is not None else args.gguf or bundled_gguf()
     if args.no_repack:
@@ -79,11 +87,18 @@ def main() -> int:
 
         native.lib.llama_model_default_params = without_repack
     engine = llama_engine.LlamaEngine(
-        gguf, name="exact", rows=len(TOPICS), ctx=1024, threads=2, prefix_cache=False
+        gguf,
+        name="exact",
+        rows=len(TOPICS),
+        ctx=1024 * (1 + args.long // 200),
+        threads=2,
+        prefix_cache=False,
+        flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
     )
     try:
         greedy = Sampling(temperature=0.0)
-        prompts = {t: tuple(engine.tokenize(CHAT.format(t))) for t in TOPICS}
+        preamble = " ".join(f"word{i % 97}" for i in range(args.long))
+        prompts = {t: tuple(engine.tokenize(preamble + CHAT.format(t))) for t in TOPICS}
         batched = replies(engine, [GenerationJob(t, p, greedy, max_tokens=48) for t, p in prompts.items()])
         same = 0
         for topic, prompt in prompts.items():
@@ -91,7 +106,9 @@ def main() -> int:
             same += solo == batched[topic]
             if solo != batched[topic]:
                 print(f"{topic}: solo {''.join(solo)[:60]!r}\n  batched {''.join(batched[topic])[:60]!r}")
-        print(f"{gguf.name}: {same} of {len(TOPICS)} batched replies equal their solo runs")
+        flash = "on" if engine.flash_attention else "off"
+        equal = f"{same} of {len(TOPICS)} batched replies equal their solo runs"
+        print(f"{gguf.name}, flash attention {flash}: {equal}")
     finally:
         engine.close()
     return 0
