@@ -4,6 +4,7 @@ Python around it (batch building, sampling, bookkeeping).
     .venv/bin/python scripts/llama_step_split.py                  # bundled SmolLM2, 16 rows, auto threads
     .venv/bin/python scripts/llama_step_split.py --rows 8 --threads 2 --gguf MODEL.gguf
     .venv/bin/python scripts/llama_step_split.py --flash-attn on     # llama.cpp's flash attention
+    .venv/bin/python scripts/llama_step_split.py --rows 1 --prompt-tokens 4000   # one long row
 
 Drives the engine directly (no server): `--rows` greedy replies of one prompt each, then times
 `--steps` steps once every row is generating. If a step is slower than llama-server's at the same
@@ -36,6 +37,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="0: automatic (the thread tuner)")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument(
+        "--prompt-tokens", type=int, default=0, help="each row's prompt this long (0: a one-line prompt)"
+    )
     parser.add_argument("--no-prefix-cache", action="store_true", help="no pooled prompts (no KV streams)")
     parser.add_argument(
         "--flash-attn", choices=("auto", "on", "off"), default="auto", help="as kinfer's --flash-attn"
@@ -48,7 +52,7 @@ def main() -> int:
         gguf,
         name="split",
         rows=args.rows,
-        ctx=args.steps + 300,
+        ctx=args.steps + max(args.prompt_tokens, 250) + 50,
         threads=args.threads,
         prefix_cache=not args.no_prefix_cache,
         flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
@@ -65,6 +69,10 @@ def main() -> int:
 
     llama_engine.native.decode = timed_decode
     prompt = tuple(engine.tokenize(PROMPT))
+    if args.prompt_tokens:  # the line over and over, cut to length (less the row's own last token)
+        repeated = " ".join([PROMPT] * (args.prompt_tokens // 8 + 1))
+        prompt = tuple(engine.tokenize(repeated))[: args.prompt_tokens - 1]
+    prefill_began = time.perf_counter()
     for i in range(args.rows):  # a different last token per row: no prefix shared, every row its own prompt
         job = GenerationJob(
             f"r{i}", (*prompt, i), Sampling(temperature=0.0), max_tokens=args.steps + 50, ignore_eos=True
@@ -73,6 +81,7 @@ def main() -> int:
     started: set[str] = set()
     while engine.has_work and len(started) < args.rows:
         started |= {u.job_id for u in engine.step() if u.new_tokens}
+    prefill = time.perf_counter() - prefill_began
     for _ in range(5):  # every row generating: a few steps to settle
         engine.step()
     inside[0] = 0.0
@@ -83,7 +92,8 @@ def main() -> int:
     spent = inside[0] * 1e3 / args.steps
     outside = wall - spent
     head = f"{args.rows} rows, {engine.plan.n_seq} KV streams, flash attention {args.flash_attn}"
-    print(f"{head}: {wall:.2f} ms a step, llama_decode {spent:.2f} ms, outside it {outside:.2f} ms")
+    prompts = f", prompts {args.rows * (len(prompt) + 1) / prefill:.0f} tok/s" if args.prompt_tokens else ""
+    print(f"{head}: {wall:.2f} ms a step, llama_decode {spent:.2f} ms, outside it {outside:.2f} ms{prompts}")
     engine.close()
     return 0
 
