@@ -205,7 +205,7 @@ def _kind(f) -> str:
     return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
 
 
-def _switch(raw: str, *, auto: bool) -> bool | None:
+def parse_switch(raw: str, *, auto: bool) -> bool | None:
     """An on/off setting: on/off, 1/0, true/false, yes/no (and `auto` -> None where the field allows it)."""
     word = raw.strip().lower()
     if word in _ON:
@@ -222,7 +222,7 @@ def _convert(f, raw: str) -> Any:
     if "Path" in kind:
         return Path(raw)
     if kind.startswith("bool"):
-        return _switch(raw, auto="None" in kind)
+        return parse_switch(raw, auto="None" in kind)
     if kind.startswith("int"):
         return int(raw)
     if kind.startswith("float"):

@@ -42,6 +42,7 @@ from kinfer.engines.mlx import blas  # noqa: F401  (before the first `import mlx
 
 import mlx.core as mx
 
+from kinfer.config import parse_switch
 from kinfer.engines.mlx.memory import PeakWindow
 
 SHAPES = {
@@ -422,7 +423,7 @@ def main() -> int:
                             precompiled=args.precompiled_kernels,
                             compiled_step=args.compiled_step == "on",
                             ops=args.ops,
-                            fuse_projections={"auto": None, "on": True, "off": False}[args.fuse_projections],
+                            fuse_projections=parse_switch(args.fuse_projections, auto=True),
                             device_time=not args.no_device_time,
                         )
                     else:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kinfer.config import parse_switch
 from kinfer.engines.base import GenerationJob
 from kinfer.engines.llama import engine as llama_engine
 from kinfer.engines.llama import native
@@ -93,7 +94,7 @@ def main() -> int:
         ctx=1024 * (1 + args.long // 200),
         threads=2,
         prefix_cache=False,
-        flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
+        flash_attn=parse_switch(args.flash_attn, auto=True),
     )
     try:
         greedy = Sampling(temperature=0.0)

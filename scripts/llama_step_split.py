@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kinfer.config import parse_switch
 from kinfer.engines.base import GenerationJob
 from kinfer.engines.llama import engine as llama_engine
 from kinfer.engines.llama import native
@@ -55,7 +56,7 @@ def main() -> int:
         ctx=args.steps + max(args.prompt_tokens, 250) + 50,
         threads=args.threads,
         prefix_cache=not args.no_prefix_cache,
-        flash_attn={"auto": None, "on": True, "off": False}[args.flash_attn],
+        flash_attn=parse_switch(args.flash_attn, auto=True),
     )
     inside = [0.0]
     decode = native.decode
