@@ -97,8 +97,9 @@ class Settings:
     gpu_layers: int = _setting(-1, "llama.cpp: layers offloaded to a GPU (-1: all, 0: none)", group=ENGINE)
     flash_attn: bool | None = _setting(
         None,
-        "llama.cpp: flash attention in reply contexts (auto: on a GPU; off on a CPU, where on is faster "
-        "but a batched or pooled reply no longer matches its solo run token for token)",
+        "llama.cpp: flash attention in reply contexts (auto: on a GPU; on a CPU, on with the "
+        "batch-invariant kernel scripts/setup.sh builds, off with a stock llama-cpp-python, whose "
+        "kernel would make a batched or pooled reply part from its solo run)",
         group=ENGINE,
     )
     step_tokens: int = _setting(

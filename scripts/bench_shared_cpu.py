@@ -9,10 +9,12 @@ with that OpenMP wait policy in its environment (`default`: what kinfer sets by 
 `PASSIVE`: `OMP_WAIT_POLICY`; `spin=N`: `GOMP_SPINCOUNT=N`) and `--threads` (0, the default, leaves the
 thread tuner on), or with kinfer's own wait and a thread policy (`tuned`: `--threads 0`, decode steps on
 the count the tuner picks; `fixed`: `--threads` = every core, the tuner off: what kinfer did before it;
-`threads=N`: `--threads N`), then at each of `--rows` concurrent streaming chats (end of turn ignored)
-measure the aggregate decode tok/s, first on a quiet machine, then with one busy competing process per
-core (a Python loop the benchmark starts and stops). Decode tok/s: the tokens streamed after each
-reply's first one, over the time from the first of those first tokens to the last reply's end.
+`threads=N`: `--threads N`; `flash-attn-off`: the default with the batch-invariant CPU flash
+attention switched off, as kinfer ran before it), then at each of `--rows` concurrent streaming chats
+(end of turn ignored) measure the aggregate decode tok/s, first on a quiet machine, then with one busy
+competing process per core (a Python loop the benchmark starts and stops). Decode tok/s: the tokens
+streamed after each reply's first one, over the time from the first of those first tokens to the last
+reply's end.
 
 Read the busy / quiet ratio per policy (goal: >= 50 % at 1 and 4 rows) and each policy's quiet speed
 against the others' (goal: within 10 % of the best). Each measurement also records the decode thread
@@ -134,6 +136,8 @@ def policy_env(policy: str) -> dict[str, str]:
         return {}
     if policy.startswith("spin="):
         return {"GOMP_SPINCOUNT": policy.removeprefix("spin=")}
+    if policy == "flash-attn-off":  # the batch-invariant CPU flash attention off: auto leaves it off
+        return {"GGML_CPU_FA_BATCH_INVARIANT": "0"}
     return {"OMP_WAIT_POLICY": policy}
 
 

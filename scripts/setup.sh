@@ -3,7 +3,7 @@
 #   scripts/setup.sh          kinfer and the bundled model
 #   scripts/setup.sh test     the same plus the test tools (pytest, the SDKs, and, where node and npm
 #                             exist, the pinned Claude Code and Codex CLIs in .venv/agents)
-# llama-cpp-python compiles from source (~10 min on 2 cores the first time; pip caches the wheel).
+# llama-cpp-python compiles from source, patched (~10 min on 2 cores the first time; the wheel is kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,36 @@ fi
 # ggml's default -march=native build uses AMX kernels that die with SIGILL on some x86 CPUs:
 # build portably (AVX2/FMA) unless the caller chose other flags.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+
+# llama-cpp-python, compiled from its source with kinfer's patches to the llama.cpp it vendors
+# (patches/llama-cpp-python-VERSION/*.patch; today one: flash attention on a CPU with the same
+# arithmetic for every batch, kinfer/engines/llama/invariant_attention.py). The wheel is kept in
+# ~/.cache/kinfer/wheels under a key of the patches and CMAKE_ARGS, so another checkout or a new
+# .venv installs it without compiling again; .venv remembers the key it has.
+LLAMA_CPP_VERSION=0.3.36
+install_llama_cpp_python() {
+  local patches="patches/llama-cpp-python-${LLAMA_CPP_VERSION}" key wheels work src patch_file
+  key="$(cat "${patches}"/*.patch | .venv/bin/python -c \
+    'import hashlib, os, sys; h = hashlib.sha256(sys.stdin.buffer.read()); h.update(os.environ["CMAKE_ARGS"].encode()); print(h.hexdigest()[:16])')"
+  [ "$(cat .venv/.llama-cpp-python-build 2>/dev/null)" = "${key}" ] && return 0
+  wheels="${KINFER_WHEEL_CACHE:-${HOME}/.cache/kinfer/wheels}/llama-cpp-python-${LLAMA_CPP_VERSION}-${key}"
+  if ! ls "${wheels}"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    work="$(mktemp -d)"
+    .venv/bin/pip download --disable-pip-version-check -q --no-deps --no-binary llama-cpp-python \
+      "llama-cpp-python==${LLAMA_CPP_VERSION}" -d "${work}"
+    tar -xzf "${work}/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz" -C "${work}"
+    src="${work}/llama_cpp_python-${LLAMA_CPP_VERSION}"
+    for patch_file in "${patches}"/*.patch; do
+      patch -p1 -s -d "${src}" < "${patch_file}"
+    done
+    mkdir -p "${wheels}"
+    .venv/bin/pip wheel --disable-pip-version-check -q --no-deps -w "${wheels}" "${src}"
+    rm -rf "${work}"
+  fi
+  .venv/bin/pip install --disable-pip-version-check -q --force-reinstall --no-deps "${wheels}"/llama_cpp_python-*.whl
+  echo "${key}" > .venv/.llama-cpp-python-build
+}
+install_llama_cpp_python
 .venv/bin/pip install --disable-pip-version-check -q -e ".${extras}"
 
 # Instructor, for the structured-output tests: --no-deps because it pins jiter<0.15 while openai 3.57

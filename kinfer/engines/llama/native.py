@@ -22,6 +22,7 @@ import numpy as np
 from kinfer.engines.llama import openmp  # noqa: F401  isort: skip  (before llama_cpp loads libgomp)
 import llama_cpp as lib  # isort: skip
 
+from kinfer.engines.llama.invariant_attention import batch_invariant_cpu_flash_attention
 from kinfer.engines.llama.memory import BufferSizes, parse_buffer_sizes
 from kinfer.errors import EngineFailure
 
@@ -379,7 +380,8 @@ def create_context(
     kv_unified stays off: with one shared buffer every row's attention runs over all rows' cells,
     which costs more and makes a row's numbers depend on its neighbours (a batched row then no
     longer reproduces its solo run exactly; measured on SmolLM2).
-    Flash attention (`flash_attn` None: auto) is left to llama.cpp on a GPU but off on the CPU: the
+    Flash attention (`flash_attn` None: auto) is left to llama.cpp on a GPU. On the CPU auto turns it
+    on only where the loaded ggml is kinfer's batch-invariant build (invariant_attention.py): upstream's
     CPU kernel takes one of three paths by the pass's shape (a single row's decode over >= 512 cells
     is split across the threads, a chunk of >= the kernel's query tile is tiled, anything else goes
     row by row), each rounding differently, so a prompt adopted from the prefix pool or prefilled
@@ -396,6 +398,8 @@ def create_context(
     params.n_threads = threads
     params.n_threads_batch = threads
     params.kv_unified = False
+    if flash_attn is None and not gpu and batch_invariant_cpu_flash_attention():
+        flash_attn = True  # the same numbers whatever the batch: as exact as off, and faster
     params.flash_attn_type = flash_attn_type(flash_attn, gpu)
     params.no_perf = True
     with capture_log() as lines:

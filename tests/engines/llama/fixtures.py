@@ -28,6 +28,18 @@ def chat_prompt(engine: LlamaEngine, user: str, *, system: str | None = None, hi
     return tuple(engine.tokenize(text))
 
 
+def two_turns(engine: LlamaEngine, system: str = SYSTEM) -> tuple[tuple, tuple]:
+    """A conversation's first turn, run on `engine` (greedy, 32 tokens), and its second turn's prompt,
+    which holds the first turn's prompt and reply."""
+    turn1 = chat_prompt(engine, "When do you open?", system=system)
+    reply = run_alone(engine, job("t1", turn1, max_tokens=32))
+    history = (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nWhen do you open?<|im_end|>\n"
+        f"<|im_start|>assistant\n{reply.text}<|im_end|>\n"
+    )
+    return turn1, chat_prompt(engine, "And when do you close?", history=history)
+
+
 @pytest.fixture
 def make_engine(smollm2_gguf: Path) -> Iterator[Callable[..., LlamaEngine]]:
     """Builds LlamaEngines on the bundled SmolLM2 (small rows by default) and closes them after."""
