@@ -1,6 +1,7 @@
 """What each thread of kinfer's server spends per streamed token: N streams of T tokens, CPU from /proc.
 
     python scripts/serving_cpu.py MODEL [STREAMS] [TOKENS]        # e.g. a tiny MLX dir, 64, 384
+    LLAMA_SERVER=BINARY python scripts/serving_cpu.py MODEL.gguf 1 512   # llama.cpp's own server instead
 
 Starts `kinfer --headless` on MODEL (a GGUF or a model directory) with STREAMS rows, warms it with one
 short round, then streams STREAMS chats of TOKENS tokens each (EOS ignored, from the bench's client
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from kinfer.bench.load import make_client
 from kinfer.bench.prompts import prompt_text
-from kinfer.bench.servers import start_kinfer
+from kinfer.bench.servers import start_kinfer, start_llama_server
 from kinfer.bench.sweep import run_level
 
 SHOWN = 5
@@ -55,7 +56,12 @@ def main() -> None:
     model = Path(sys.argv[1])
     streams = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 384
-    server = start_kinfer(weights=model, parallel=streams, ctx=512 + tokens, log_dir=Path("/tmp/serving-cpu"))
+    logs = Path("/tmp/serving-cpu")
+    if os.environ.get("LLAMA_SERVER"):  # the peer, for its HTTP thread's CPU a token beside kinfer's loop
+        binary = Path(os.environ["LLAMA_SERVER"])
+        server = start_llama_server(binary, model, parallel=streams, ctx=512 + tokens, log_dir=logs)
+    else:
+        server = start_kinfer(weights=model, parallel=streams, ctx=512 + tokens, log_dir=logs)
     try:
         asyncio.run(measure(server.target, server.pid, streams, tokens))
     finally:
