@@ -1,13 +1,14 @@
 """One stream's requests taken apart, kinfer against llama.cpp's own server, alternated.
 
     python scripts/one_stream_requests.py --llama-server BINARY [--gguf MODEL] [--requests 16]
-        [--max-tokens 64] [--rounds 2]
+        [--max-tokens 64] [--rounds 2] [--target llama-server --target kinfer --target "kinfer --threads 2"]
 
 At one stream a sweep's aggregate tok/s is a few replies' wall time, which hides where a request's time
 goes. This sends REQUESTS chats one after another (after three short warm-up replies) to each server in
 turn, ROUNDS times, and prints per server and round the aggregate tok/s and the medians of: time to
 first token, decode time a token, the last token to the reply's end, and the client's gap before its
 next request. Both servers get the bench's equal-work body (EOS ignored), a ~80-token prompt each.
+Each `--target` is one server: `llama-server`, or `kinfer` and its extra arguments (default: the two).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ PROMPT_WORDS = 45  # ~80 tokens of SmolLM2's tokenizer
 CTX = 1024
 
 
-def start(name: str, args: argparse.Namespace) -> LaunchedServer:
+def start(target: str, args: argparse.Namespace) -> LaunchedServer:
     logs = Path("/tmp/one-stream-requests")
+    name, *extra = target.split()
     if name == "llama-server":
         return start_llama_server(args.llama_server, args.gguf, parallel=1, ctx=CTX, log_dir=logs)
-    return start_kinfer(weights=args.gguf, parallel=1, ctx=CTX, log_dir=logs)
+    return start_kinfer(weights=args.gguf, parallel=1, ctx=CTX, log_dir=logs, extra_args=extra)
 
 
 async def send_in_turn(server: LaunchedServer, requests: int, max_tokens: int) -> list[RequestResult]:
@@ -71,20 +73,24 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--target", action="append", help="llama-server, or kinfer [ARGS] (repeatable)")
     args = parser.parse_args()
+    targets = args.target or ["llama-server", "kinfer"]
+    if any(t.split()[0] not in ("llama-server", "kinfer") for t in targets):
+        parser.error("a --target is llama-server, or kinfer and its arguments")
     args.gguf = args.gguf or bundled_gguf()
     if args.gguf is None:
         parser.error("no --gguf and the bundled model is not installed")
     for round_ in range(1, args.rounds + 1):
-        for name in ("llama-server", "kinfer"):
-            server = start(name, args)
+        for target in targets:
+            server = start(target, args)
             try:
                 results = asyncio.run(send_in_turn(server, args.requests, args.max_tokens))
             finally:
                 server.stop()
             failed = [r.error for r in results if not r.ok]
             line = f"failed: {failed[0]}" if failed else summary(results)
-            print(f"{name:12s} #{round_}  {line}", flush=True)
+            print(f"{target:20s} #{round_}  {line}", flush=True)
     return 0
 
 
