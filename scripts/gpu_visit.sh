@@ -12,6 +12,12 @@
 #   graphsN      two sweeps, MLX's data limit on a CUDA graph lifted then at the H200's default
 #                (sweep-sweep-graphsN-{lifted,default}.json; docs/benchmarks.md, "H200, 2026-12-05"):
 #                run it twice for ABAB (~200 s each)
+#   stepsN       sweepN with every step logged, then read by rows decoding (read_step_log.py --decode): why
+#                the 64-stream level runs at ~9,000 tok/s in some sweeps and ~6,000 in others (third session
+#                of 2026-12-05); the log goes into steps.tar (~110 s)
+#   lowmbN       two sweeps, MLX's data limit on a CUDA graph lowered to LOW_MB (default 250) then at the
+#                H200's default: peak memory at 64 / 256 rows against tok/s (the lifted limit raised the
+#                256-row peak by 10-15 GiB; does a lower one cut the transient?); run twice for ABAB (~200 s)
 #   saN / sbN    a PROMPT-token prompt (default 30,000, --ctx $CTX, default 40,960) beside 16 streaming
 #                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
@@ -51,6 +57,15 @@ for step in "$@"; do
     graphs*)
       MLX_MAX_MB_PER_BUFFER=1000000 bash "$0" "sweep-$step-lifted"
       MLX_MAX_MB_PER_BUFFER=1000 bash "$0" "sweep-$step-default" ;;
+    lowmb*)
+      MLX_MAX_MB_PER_BUFFER=${LOW_MB:-250} bash "$0" "sweep-$step-low"
+      MLX_MAX_MB_PER_BUFFER=1000 bash "$0" "sweep-$step-default" ;;
+    steps*)
+      KINFER_STEP_HOOK="$R/steps-$step.log" KINFER_STEP_SLOW=0 PYTHONPATH="$PWD/scripts/step_log:$PYTHONPATH" \
+        bash "$0" "sweep-$step"
+      python3 scripts/read_step_log.py --decode "$R/steps-$step.log" 2>&1 | tail -20
+      gzip -f "$R/steps-$step.log"
+      tar -rf "$R/steps.tar" -C "$R" "steps-$step.log.gz" && rm "$R/steps-$step.log.gz" ;;
     sweep*)
       TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash scripts/bench_gpu.sh sweep "$SIZE" 2>&1 \
         | grep -E 'tok/s|kinfer' | tail -8
