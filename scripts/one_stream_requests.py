@@ -76,8 +76,10 @@ def main() -> int:
     parser.add_argument("--target", action="append", help="llama-server, or kinfer [ARGS] (repeatable)")
     args = parser.parse_args()
     targets = args.target or ["llama-server", "kinfer"]
-    if any(t.split()[0] not in ("llama-server", "kinfer") for t in targets):
+    if any((t.split() or [""])[0] not in ("llama-server", "kinfer") for t in targets):
         parser.error("a --target is llama-server, or kinfer and its arguments")
+    if args.requests < 2:
+        parser.error("--requests: at least 2 (the gap is between two requests)")
     args.gguf = args.gguf or bundled_gguf()
     if args.gguf is None:
         parser.error("no --gguf and the bundled model is not installed")
