@@ -39,6 +39,7 @@ from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
+from kinfer.engines.mlx.hybrid_layers import HybridLayers
 from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
 from kinfer.engines.mlx.logits import with_bias
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
@@ -121,6 +122,8 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
         compiled = compiled_step and group is None  # a shard's projections hold collectives
         self._decoder = compile_decode(self._model, directory.model_type) if compiled else None
         self._layer_split = layer_split and group is None  # a shard's passes hold collectives
+        # a hybrid model's chunks a few layers a step (prompt_passes.py), where no compiled decoder runs
+        self._hybrid = HybridLayers.wrap(self._model, directory.model_type)
         install_attention_hook()
         install_gated_delta_hook()
         from mlx_lm.utils import maybe_set_recommended_wired_limit
@@ -356,6 +359,7 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
         if self._pool is not None:
             self._pool.clear()
         self._layers, self._paged, self._model, self._history, self._decoder = [], [], None, None, None
+        self._hybrid = None
         if self._old_wired_limit is not None:
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
@@ -497,4 +501,4 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
     # ---- rows, blocks and the prefix pool ---------------------------------------------------
 
     def _views(self, layout: PassLayout, rows: np.ndarray, lengths: mx.array | None = None) -> list:
-        return pass_views(self._layers, layout, rows, lengths)
+        return pass_views(self._layers, layout, rows, lengths, read_apart=self._pad_decode)

@@ -29,6 +29,33 @@ def count_primitives(outputs: list[mx.array]) -> Counter[str]:
     return Counter(_PRIMITIVE.findall(text.getvalue()))
 
 
+# primitives that make no kernel: MLX gives the output a view of the input's buffer
+VIEWS = frozenset(
+    {
+        "AsStrided",
+        "Broadcast",
+        "Depends",
+        "ExpandDims",
+        "Flatten",
+        "Reshape",
+        "Slice",
+        "Split",
+        "Squeeze",
+        "Transpose",
+        "Unflatten",
+    }
+)
+
+
+def kernel_sequence(outputs: list[mx.array]) -> tuple[str, ...]:
+    """The primitives of the unevaluated graph behind `outputs` that make kernels, in the order the
+    graph lists them: two passes with the same sequence are the same CUDA graphs to MLX's CUDA backend,
+    which builds one for each new topology (warm_up.py)."""
+    text = io.StringIO()
+    mx.export_to_dot(text, *outputs)
+    return tuple(name for name in _PRIMITIVE.findall(text.getvalue()) if name not in VIEWS)
+
+
 class OpCounter(NoTimer):
     """Records every launched pass's primitive counts (`steps`: one Counter per pass; a decode-only step
     launches one)."""

@@ -14,19 +14,21 @@ So such a chunk runs through its layers in `parts(end, layers)` consecutive rang
 two, and one more for every KEYS_PER_PART keys it attends to (the device's share grows with them). A
 prompt that goes in whole keeps one pass (its first token a step sooner). Between steps the pass waits
 as its carry (compiled_step.CompiledDecoder.through: the residual stream into the next layer and that
-layer's q, k, v), evaluated with the step like the caches; the row's position advances, its checkpoints
-are saved and its progress reported once the last range has run. A row released mid-chunk (cancelled,
-failed) drops it: its blocks go back with it, and no position was claimed. The warm-up runs each chunk
-shape in its parts (warm_up.py: each part's graphs are its own).
+layer's q, k, v; hybrid_layers.HybridLayers.through: the residual stream), evaluated with the step like
+the caches; the row's position advances, its checkpoints are saved and its progress reported once the
+last range has run. A row released mid-chunk (cancelled, failed) drops it: its blocks go back with it,
+and no position was claimed. The warm-up runs each chunk shape in its parts (warm_up.py: each part's
+graphs are its own).
 
 On the H200 (qwen3-0.6b, 16 rows streaming beside a 30,357-token prompt, through HTTP): steps with a
 chunk's part 11-15 ms against 20-33 ms for whole chunks, the rows' largest gap 36 ms against 49-66 ms,
 the prompt's first token 4.2-4.4 s against 3.0-3.6 s (every step runs the decode pass too;
 docs/benchmarks.md, "H200, sixth session of 2026-12-04").
 
-Only where the compiled decoder runs one row's prompt chunks (compiled_step.ARCHITECTURES with the shape
-buckets on: an explicit loop over layers): Qwen3.5's hybrid layers keep whole passes. Not on a shard.
-The setting `--mlx-layer-split off` (`KINFER_MLX_LAYER_SPLIT=off`) turns it off.
+Where the compiled decoder runs one row's prompt chunks (compiled_step.ARCHITECTURES with the shape
+buckets on: an explicit loop over layers), and on Qwen3.5's hybrid layers through their own code
+(hybrid_layers.py; a padded chunk too, its recurrence masked as whole). Not on a shard. The setting
+`--mlx-layer-split off` (`KINFER_MLX_LAYER_SPLIT=off`) turns it off.
 
 `PromptPasses` is the MLX engine's side (a mixin, as row_blocks.RowBlocks): a pass run whole, or a
 split one started and carried on, and the rows' positions moved on once their chunks are in.
@@ -41,7 +43,6 @@ import numpy as np
 
 from kinfer.engines.base import JobUpdate
 from kinfer.engines.mlx import shape_buckets
-from kinfer.engines.mlx.compiled_step import Carry
 from kinfer.engines.mlx.gated_delta import kinfer_pass
 from kinfer.engines.mlx.kv import PassLayout
 from kinfer.engines.mlx.rows import PrefillPass
@@ -75,7 +76,7 @@ class SplitChunk:
 
     prefill: PrefillPass
     views: list
-    carry: Carry
+    carry: tuple[mx.array, ...]  # compiled_step.Carry or hybrid_layers.Carry
     left: list[range]
 
     @property
@@ -86,14 +87,17 @@ class SplitChunk:
 class PromptPasses:
     """The MLX engine's prompt passes (module doc): whole, or in parts of its layers."""
 
+    @property
+    def _layered(self):
+        """What runs a chunk a few layers a step: the compiled decoder, else a hybrid model's own layers
+        (None: neither; chunks go whole)."""
+        return self._decoder or self._hybrid
+
     def _prefill(self, prefill: PrefillPass) -> int:
         """One pass over `prefill.rows`' next chunks (right-padded, see PrefillPass); returns the
         positions computed."""
         slots, tokens, chunks, layout = self._pass_inputs(prefill)
-        # recurrent layers keep each row's state at its own end (StateView.lengths); attention needs no
-        # mask for the padding (see PrefillPass)
-        length = prefill.length
-        lengths = mx.array(chunks) if self.info.recurrent and min(chunks) < length else None
+        lengths = self._padding(prefill, chunks)
         self.forward(mx.array(tokens), self._views(layout, slots, lengths))  # logits unused: never computed
         self._advance(prefill)
         return prefill.tokens
@@ -107,6 +111,12 @@ class PromptPasses:
         slots, tokens, chunks = prefill.inputs(shape_buckets.row_bucket(rows) if self._pad_decode else rows)
         table, starts = self._batch.table(slots), self._batch.positions(slots)
         return slots, tokens, chunks, PassLayout(table, starts, prefill.length, decode=False)
+
+    def _padding(self, prefill: PrefillPass, chunks: list[int]) -> mx.array | None:
+        """Each row's real positions where a recurrent model's pass is right-padded: recurrent layers
+        keep each row's state at its own end (StateView.lengths); attention needs no mask for the
+        padding (see PrefillPass). None where every position is real."""
+        return mx.array(chunks) if self.info.recurrent and min(chunks) < prefill.length else None
 
     def _advance(self, prefill: PrefillPass) -> None:
         """The pass's chunks are in: its rows' positions move past them."""
@@ -134,31 +144,32 @@ class PromptPasses:
         return self._split_parts(row.fed + prefill.length)
 
     def _split_parts(self, end: int) -> int:
-        """The parts of one row's chunk ending at `end`: 1 where the compiled decoder does not run one
-        row's prompt chunks (shape_buckets.compiled_chunk), on a shard, or with the setting off."""
-        decoder = self._decoder
-        if not self._layer_split or decoder is None or not decoder.chunks:
+        """The parts of one row's chunk ending at `end`: 1 where no layered pass runs one row's prompt
+        chunks (shape_buckets.compiled_chunk, the compiled decoder's check), on a shard, or with the
+        setting off."""
+        layered = self._layered
+        if not self._layer_split or layered is None or not layered.chunks:
             return 1
         return parts(end, len(self._layers)) if shape_buckets.compiled_chunk(1) else 1
 
     def _in_parts(self, inputs: mx.array, views: list, count: int) -> None:
         """A chunk's pass in `count` parts as serving runs them, each evaluated apart (the warm-up's)."""
-        assert self._decoder is not None
+        assert self._layered is not None
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-            carry = self._decoder.enter(inputs, views)
+            carry = self._layered.enter(inputs, views)
             for layers in layer_ranges(len(self._layers), count):
-                out = self._decoder.through(carry, views, layers)
+                out = self._layered.through(carry, views, layers)
                 carry_arrays = list(out) if isinstance(out, tuple) else []
                 mx.eval([*self._cache_arrays(), *carry_arrays])
                 carry = out
 
     def _start_split(self, prefill: PrefillPass, count: int, updates: list[JobUpdate]) -> int:
         """Start `prefill` (one row's chunk) in `count` ranges of layers; runs the first."""
-        slots, tokens, _, layout = self._pass_inputs(prefill)
-        views = self._views(layout, slots)
-        assert self._decoder is not None
+        slots, tokens, chunks, layout = self._pass_inputs(prefill)
+        views = self._views(layout, slots, self._padding(prefill, chunks))
+        assert self._layered is not None
         with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-            carry = self._decoder.enter(mx.array(tokens), views)
+            carry = self._layered.enter(mx.array(tokens), views)
         ranges = layer_ranges(len(self._layers), count)
         self._split = SplitChunk(prefill, views, carry, ranges)
         self._step_prefill -= prefill.tokens  # this step runs one part of it (_split_part counts it)
@@ -168,11 +179,11 @@ class PromptPasses:
         """The pending chunk's next range of layers (every range left, where `every`), launched;
         returns the positions computed (the chunk's, counted by its last range)."""
         split = self._split
-        assert split is not None and self._decoder is not None
+        assert split is not None and self._layered is not None
         while split.left:
             layers = split.left.pop(0)
             with kinfer_pass(kernel=self._gated_delta, precompiled=self._precompiled):
-                out = self._decoder.through(split.carry, split.views, layers)
+                out = self._layered.through(split.carry, split.views, layers)
             self._step_prefill += max(1, split.prefill.tokens * len(layers) // len(self._layers))
             if not split.left:  # the logits: unused, never computed
                 self._launch(self._cache_arrays())

@@ -101,8 +101,8 @@ def warm_shapes(
     key bucket such a row reaches (cuBLAS's kernels, cuDNN's plan per attention shape). Where
     `split_parts` cuts a chunk ending at a position into parts (prompt_passes.py: a long prompt's
     chunks beside decoding rows), the warm-up runs those parts (each part's graphs are its own): the
-    ladder lengths both whole (a prompt that goes in at once) and in parts, the continued and long
-    chunks in parts only."""
+    ladder lengths both whole (a prompt that goes in at once) and in parts (a recurrent model's padded
+    ones too), the continued and long chunks in parts only."""
     if ctx is not None:
         prefill_up_to = min(prefill_up_to, ctx)
     decode = sorted({decode_rows(n, slots) for n in range(1, slots + 1)})
@@ -117,12 +117,15 @@ def warm_shapes(
             shapes.append(WarmShape(1, length, parts=split_parts(length)))
         if recurrent:
             shapes.append(WarmShape(1, length, padded=True))
+            if split_parts(length) > 1:  # a long prompt's odd first piece (rows.odd_first), in parts
+                shapes.append(WarmShape(1, length, padded=True, parts=split_parts(length)))
     for length in (n for n in lengths if ctx is None or CONTINUED + n <= ctx):
         # a chunk past position 0 (a long prompt's second, or one after a pooled preamble): its
         # attention masks keys padded past the chunk's end, graphs of their own
         shapes.append(WarmShape(1, length, context=CONTINUED, parts=split_parts(CONTINUED + length)))
         if recurrent:
-            shapes.append(WarmShape(1, length, padded=True, context=CONTINUED))
+            parts = split_parts(CONTINUED + length)
+            shapes.append(WarmShape(1, length, padded=True, context=CONTINUED, parts=parts))
     if prefill_up_to >= LONG_CONTEXT_QUERIES:
         long = LONG_CONTEXT_QUERIES
         shapes += [

@@ -61,18 +61,28 @@ def _mlx_lm(path: Path):
     return mlx_lm.load(str(path))
 
 
-def mlx_lm_greedy(path: Path, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], str]:
-    """mlx-lm's own single-sequence greedy tokens (stream_generate, argmax sampler) and their text."""
+def mlx_lm_greedy(
+    path: Path, prompt: Sequence[int], max_tokens: int, *, ignore_eos: bool = False
+) -> tuple[list[int], str]:
+    """mlx-lm's own single-sequence greedy tokens (stream_generate, argmax sampler) and their text;
+    `ignore_eos`: all `max_tokens` of them, past end tokens (as a job with `ignore_eos`)."""
     from mlx_lm import stream_generate
     from mlx_lm.sample_utils import make_sampler
 
     model, tokenizer = _mlx_lm(Path(path))
-    tokens = [
-        r.token
-        for r in stream_generate(
-            model, tokenizer, list(prompt), max_tokens=max_tokens, sampler=make_sampler(0.0)
-        )
-    ]
+    eos = tokenizer._eos_token_ids
+    tokenizer._eos_token_ids = set() if ignore_eos else eos
+    try:
+        tokens = [
+            r.token
+            for r in stream_generate(
+                model, tokenizer, list(prompt), max_tokens=max_tokens, sampler=make_sampler(0.0)
+            )
+        ]
+    finally:
+        tokenizer._eos_token_ids = eos
+    if ignore_eos:
+        return tokens, readable(tokenizer.decode(tokens))
     # stream_generate reports the EOS token that ended generation; the reply does not include it
     if tokens and tokens[-1] in tokenizer.eos_token_ids:
         tokens = tokens[:-1]

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kinfer.engines.mlx import prompt_passes
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.engine import MlxEngine
+from kinfer.engines.mlx.hybrid_layers import HybridLayers
+from kinfer.engines.mlx.shape_buckets import bucket
+from kinfer.engines.mlx.state import StateSlots
 from kinfer.engines.mlx.warm_up import warm_shapes
 from tests.engines.mlx.fixtures import *  # noqa: F403
 from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
@@ -47,10 +51,21 @@ def test_the_warm_up_runs_each_chunk_in_the_parts_serving_will():
     assert whole and {s.length for s in ladder if s.parts == 2} == whole
 
 
+def test_a_recurrent_models_padded_chunks_are_warmed_in_parts_too():
+    shapes = warm_shapes(4, recurrent=True, ctx=40_960, split_parts=lambda end: 2 + end // 10_000)
+    padded = [s for s in shapes if s.padded]
+    at_start = {s.length for s in padded if not s.context and s.parts == 1}  # a prompt's first piece
+    assert at_start and {s.length for s in padded if not s.context and s.parts == 2} == at_start
+    assert all(s.parts == 2 for s in padded if s.context)  # past position 0: beside decoding rows only
+
+
 def _deep(arch: str, tmp_path_factory) -> Path:
-    """A tiny `arch` model of LAYERS layers, trained for 8,192 positions."""
+    """A tiny `arch` model of LAYERS layers, trained for 8,192 positions (qwen3_5: linear layers at
+    0, 2 and 4, full attention at 1 and 3)."""
     root = tmp_path_factory.mktemp("deep")
-    return trained_longer(build_tiny_model(root / arch, arch, config={"num_hidden_layers": LAYERS}), root)
+    layers = {"num_hidden_layers": LAYERS}
+    config = {"text_config": layers} if arch == "qwen3_5" else layers
+    return trained_longer(build_tiny_model(root / arch, arch, config=config), root)
 
 
 @pytest.fixture
@@ -65,14 +80,17 @@ def _untimed(engine: MlxEngine, monkeypatch) -> None:
 def _record_parts(engine: MlxEngine, monkeypatch) -> list[tuple[int, range]]:
     """(step, layers) of every pass that ran only some of the layers."""
     parts: list[tuple[int, range]] = []
-    real = CompiledDecoder.through
 
-    def through(self, carry, views, layers):
-        if len(layers) < len(views):
-            parts.append((engine._counts["steps"] + 1, layers))  # run_jobs counts from 1
-        return real(self, carry, views, layers)
+    def recording(real):
+        def through(self, carry, views, layers):
+            if len(layers) < len(views):
+                parts.append((engine._counts["steps"] + 1, layers))  # run_jobs counts from 1
+            return real(self, carry, views, layers)
 
-    monkeypatch.setattr(CompiledDecoder, "through", through)
+        return through
+
+    for layered in (CompiledDecoder, HybridLayers):
+        monkeypatch.setattr(layered, "through", recording(layered.through))
     return parts
 
 
@@ -82,7 +100,7 @@ def _long_prompt(engine: MlxEngine) -> list[int]:
     return prompt
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "qwen3_5"])
 def test_beside_decoding_rows_a_long_chunk_goes_through_a_few_layers_a_step(
     arch, tmp_path_factory, make_mlx, padded, monkeypatch
 ):
@@ -128,7 +146,48 @@ def test_beside_decoding_rows_a_long_chunk_goes_through_a_few_layers_a_step(
 
     assert readable(results["long"].text) == mlx_lm_greedy(model, prompt, 6)[1]
     for s in streaming:
-        assert readable(results[s.job_id].text) == mlx_lm_greedy(model, s.prompt, s.max_tokens)[1]
+        expected = mlx_lm_greedy(model, s.prompt, s.max_tokens, ignore_eos=True)[1]
+        assert readable(results[s.job_id].text) == expected
+
+
+def _state_after_first_chunk(engine: MlxEngine, prompt: list[int], monkeypatch) -> tuple[int, list]:
+    """A long prompt arriving beside a decoding row: the parts its first chunk took, and the row's
+    recurrent state once that chunk is in (each array of every recurrent layer)."""
+    _untimed(engine, monkeypatch)
+    started: list[int] = []
+    real = MlxEngine._start_split
+    monkeypatch.setattr(
+        MlxEngine, "_start_split", lambda self, p, n, u: started.append(n) or real(self, p, n, u)
+    )
+    long = job("long", prompt, max_tokens=2)
+    state: list = []
+
+    def watch(step: int, results) -> None:
+        if step == 3:
+            engine.submit(long)
+        row = next((r for r in engine._slots if r is not None and r.job.job_id == "long"), None)
+        if row is not None and row.fed and not state:
+            layers = [layer for layer in engine._layers if isinstance(layer, StateSlots)]
+            state.extend(np.array(a) for layer in layers for a in layer.snapshot(row.slot) if a is not None)
+
+    streaming = job("s", engine.tokenize(chat("question")), max_tokens=40, ignore_eos=True)
+    run_jobs(engine, [streaming], on_step=watch)
+    return (started[0] if started else 1), state
+
+
+def test_a_recurrent_models_padded_chunk_in_parts_keeps_the_state_it_keeps_whole(
+    tmp_path_factory, make_mlx, padded, monkeypatch
+):
+    model = _deep("qwen3_5", tmp_path_factory)
+    split = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048, warm_up=False)
+    prompt = _long_prompt(split)
+    assert len(prompt) % 256 not in {bucket(len(prompt) % 256), 0}  # its first piece is a padded pass
+    parts, in_parts = _state_after_first_chunk(split, prompt, monkeypatch)
+    whole = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048, warm_up=False, layer_split=False)
+    one, at_once = _state_after_first_chunk(whole, prompt, monkeypatch)
+    assert parts > 1 and one == 1 and len(in_parts) == len(at_once) > 0
+    for a, b in zip(in_parts, at_once, strict=True):  # the window and the recurrence, each layer's
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_long_prompt_cancelled_mid_chunk_leaves_the_others_serving(
