@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -14,6 +15,7 @@ from kinfer.engines.mlx import prompt_passes
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.engine import MlxEngine
+from kinfer.engines.mlx.graph_ops import kernel_sequence
 from kinfer.engines.mlx.hybrid_layers import HybridLayers
 from kinfer.engines.mlx.shape_buckets import bucket
 from kinfer.engines.mlx.state import StateSlots
@@ -250,3 +252,48 @@ def test_a_prompt_that_goes_in_at_once_beside_decoding_rows_keeps_one_pass(
     results = run_jobs(engine, [streaming], on_step=arrive)
     assert not parts and results["short"].finish is not None
     assert readable(results["short"].text) == mlx_lm_greedy(deep_qwen3, short.prompt, 4)[1]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_long_prompts_chunks_in_parts_launch_only_graphs_the_warm_up_built(
+    arch, tmp_path_factory, make_mlx, padded, monkeypatch
+):
+    # each part of each chunk, a padded first piece's too: a graph the warm-up never built stalls every
+    # streaming reply on CUDA (~2 ms each to build, several a pass). Up to the prompt's first token: once
+    # its long row decodes beside the short one, a CPU's portable attention merges rows of different
+    # block counts with ops of its own, where CUDA runs one kernel.
+    model = _deep(arch, tmp_path_factory)
+    built: set[tuple[str, ...]] = set()
+    real_eval = mx.eval
+
+    def recorded_eval(*args):
+        arrays = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
+        built.add(kernel_sequence([a for a in arrays if isinstance(a, mx.array)]))
+        return real_eval(*args)
+
+    monkeypatch.setattr(mx, "eval", recorded_eval)
+    engine = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048)
+    monkeypatch.setattr(mx, "eval", real_eval)
+    _untimed(engine, monkeypatch)
+    parts = _record_parts(engine, monkeypatch)
+    launched: list[tuple[int, tuple[str, ...]]] = []
+    launch = engine._launch
+    engine._launch = lambda outputs: (
+        launched.append((engine._counts["steps"], kernel_sequence(outputs))),
+        launch(outputs),
+    )[1]
+    prompt = _long_prompt(engine)
+    prompted: list[int] = []  # the step after which the long row's prompt is all in
+
+    def arrive(step: int, results) -> None:
+        if step == 3:
+            engine.submit(job("long", prompt, max_tokens=4))
+        rows = [r for r in engine._slots if r is not None and r.job.job_id == "long"]
+        if step > 3 and not prompted and (not rows or rows[0].ready):
+            prompted.append(step)
+
+    streaming = job("s", engine.tokenize(chat("Hi")), max_tokens=60, ignore_eos=True)
+    run_jobs(engine, [streaming], on_step=arrive)
+    assert parts and prompted
+    # `launched` counts steps from 0, run_jobs from 1: the launches of steps up to the prompt's last
+    assert [step for step, kernels in launched if step < prompted[0] and kernels not in built] == []
