@@ -8,7 +8,8 @@
 #   setup        stage $BUNDLE (default .gpu/bundle-4) and install the wheels, MLX only (~5 s)
 #   models       random-weight qwen3-0.6b and qwen3.5-0.8b, MLX and GGUF (~60 s)
 #   models1      $SIZE's alone (~30 s)
-#   sweepN       HTTP sweep of kinfer MLX on qwen3-0.6b at LEVELS (default 1,64,256; ~100 s)
+#   sweepN       HTTP sweep of kinfer MLX on $SIZE at LEVELS (default 1,64,256; ~100 s)
+#   oldsweepN    the same sweep run by tree $TREE_A (its own scripts and code): a before / after pair
 #   graphsN      two sweeps, MLX's data limit on a CUDA graph lifted then at the H200's default
 #                (sweep-sweep-graphsN-{lifted,default}.json; docs/benchmarks.md, "H200, 2026-12-05"):
 #                run it twice for ABAB (~200 s each)
@@ -66,6 +67,10 @@ for step in "$@"; do
       python3 scripts/read_step_log.py --decode "$R/steps-$step.log" 2>&1 | tail -20
       gzip -f "$R/steps-$step.log"
       tar -rf "$R/steps.tar" -C "$R" "steps-$step.log.gz" && rm "$R/steps-$step.log.gz" ;;
+    oldsweep*)  # sweepN from $TREE_A's own scripts and code (a before / after pair, ABAB)
+      TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash "$TREE_A/scripts/bench_gpu.sh" sweep "$SIZE" 2>&1 \
+        | grep -E 'tok/s|kinfer' | tail -8
+      mv "$R/tmp-$step/peers-$SIZE.json" "$R/sweep-$step.json" && rm -rf "$R/tmp-$step" ;;
     sweep*)
       TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash scripts/bench_gpu.sh sweep "$SIZE" 2>&1 \
         | grep -E 'tok/s|kinfer' | tail -8
