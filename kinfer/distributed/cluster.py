@@ -40,6 +40,7 @@ class Cluster:
     def __init__(self, settings: Settings, environ=os.environ) -> None:
         import mlx.core as mx
 
+        from kinfer.engines.mlx.cuda_graphs import keep_graphs
         from kinfer.engines.mlx.ptx_cache import keep_kernels_on_cuda
 
         assert settings.distributed is not None
@@ -49,6 +50,7 @@ class Cluster:
                 "--distributed: this process has no rank; start the ranks with "
                 f"`kinfer distributed {settings.distributed}` (it prints the commands)"
             )
+        keep_graphs(environ)  # before the group's first GPU work makes MLX's command encoder
         self.group = mx.distributed.init(strict=True, backend=self.hostfile.backend)
         keep_kernels_on_cuda(settings.home)  # every rank's, as a single server's (ptx_cache.py)
         self.rank = self.group.rank()

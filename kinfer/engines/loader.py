@@ -65,10 +65,12 @@ def load_engine(model: LoadableModel, settings: Settings, *, ctx: int | None = N
             flash_attn=settings.flash_attn,
         )
     if model.format == "mlx":
+        from kinfer.engines.mlx.cuda_graphs import keep_graphs
         from kinfer.engines.mlx.embed import MlxEmbeddingEngine, is_embedding_directory
         from kinfer.engines.mlx.engine import MlxEngine
         from kinfer.engines.mlx.ptx_cache import keep_kernels_on_cuda
 
+        keep_graphs()  # room for every graph the warm-up builds (cuda_graphs.py)
         keep_kernels_on_cuda(settings.home)  # the kernels MLX compiles outlive a reboot
 
         if is_embedding_directory(model.path):
