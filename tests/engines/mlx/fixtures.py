@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 
 from kinfer.engines.mlx import shape_buckets
 from kinfer.engines.mlx.engine import MlxEngine
+from kinfer.engines.mlx.graph_ops import kernel_sequence
 from kinfer.engines.mlx.kernels import on_cuda_gpu
 from tests.engines.driver import GREEDY, JobResult, job, run_alone, run_jobs
 from tests.fixtures.tiny_mlx import build_tiny_model
@@ -87,6 +90,38 @@ def mlx_lm_greedy(
     if tokens and tokens[-1] in tokenizer.eos_token_ids:
         tokens = tokens[:-1]
     return tokens, readable(tokenizer.decode(tokens))
+
+
+@contextmanager
+def evals_recorded() -> Iterator[set[tuple[str, ...]]]:
+    """The kernels of every `mx.eval` inside (graph_ops.kernel_sequence): the graphs the warm-up built,
+    around an engine's construction (warm_up.py evaluates each pass on its own)."""
+    built: set[tuple[str, ...]] = set()
+    real = mx.eval
+
+    def recorded(*args):
+        arrays = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
+        built.add(kernel_sequence([a for a in arrays if isinstance(a, mx.array)]))
+        return real(*args)
+
+    mx.eval = recorded
+    try:
+        yield built
+    finally:
+        mx.eval = real
+
+
+def launches_recorded(engine: MlxEngine) -> list[tuple[int, tuple[str, ...]]]:
+    """(steps done before it, kernels) of every pass `engine` launches from now on (its `_launch`)."""
+    launched: list[tuple[int, tuple[str, ...]]] = []
+    launch = engine._launch
+
+    def recorded(outputs: list) -> None:
+        launched.append((engine._counts["steps"], kernel_sequence(outputs)))
+        launch(outputs)
+
+    engine._launch = recorded  # type: ignore[method-assign]
+    return launched
 
 
 @pytest.fixture

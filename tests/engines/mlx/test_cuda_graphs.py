@@ -4,12 +4,12 @@ replies for 35-58 ms at each new key bucket with MLX's 400, under 16 ms with 4,0
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from kinfer.config import Settings
 from kinfer.engines.loader import load_engine
 from kinfer.engines.mlx.cuda_graphs import GRAPH_CACHE, keep_graphs
+from tests.engines.mlx.test_ptx_cache import Model
 
 
 def test_mlx_keeps_room_for_thousands_of_graphs_and_never_throws_on_misses():
@@ -27,13 +27,6 @@ def test_a_users_own_graph_settings_win():
         "MLX_CUDA_GRAPH_CACHE_SIZE": "800",
         "MLX_ENABLE_CACHE_THRASHING_CHECK": "1",
     }
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    format: str
-    path: Path
 
 
 def test_loading_an_mlx_model_sets_them_before_the_engine_touches_the_device(tmp_path: Path, monkeypatch):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -15,13 +14,20 @@ from kinfer.engines.mlx import prompt_passes
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
 from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.engine import MlxEngine
-from kinfer.engines.mlx.graph_ops import kernel_sequence
 from kinfer.engines.mlx.hybrid_layers import HybridLayers
 from kinfer.engines.mlx.shape_buckets import bucket
 from kinfer.engines.mlx.state import StateSlots
 from kinfer.engines.mlx.warm_up import warm_shapes
 from tests.engines.mlx.fixtures import *  # noqa: F403
-from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.fixtures import (
+    chat,
+    evals_recorded,
+    job,
+    launches_recorded,
+    mlx_lm_greedy,
+    readable,
+    run_jobs,
+)
 from tests.engines.mlx.test_warm_up import trained_longer
 from tests.fixtures.tiny_mlx import build_tiny_model
 
@@ -263,25 +269,11 @@ def test_a_long_prompts_chunks_in_parts_launch_only_graphs_the_warm_up_built(
     # its long row decodes beside the short one, a CPU's portable attention merges rows of different
     # block counts with ops of its own, where CUDA runs one kernel.
     model = _deep(arch, tmp_path_factory)
-    built: set[tuple[str, ...]] = set()
-    real_eval = mx.eval
-
-    def recorded_eval(*args):
-        arrays = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
-        built.add(kernel_sequence([a for a in arrays if isinstance(a, mx.array)]))
-        return real_eval(*args)
-
-    monkeypatch.setattr(mx, "eval", recorded_eval)
-    engine = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048)
-    monkeypatch.setattr(mx, "eval", real_eval)
+    with evals_recorded() as built:
+        engine = make_mlx(model, rows=3, ctx=8000, prefill_chunk=2048)
     _untimed(engine, monkeypatch)
     parts = _record_parts(engine, monkeypatch)
-    launched: list[tuple[int, tuple[str, ...]]] = []
-    launch = engine._launch
-    engine._launch = lambda outputs: (
-        launched.append((engine._counts["steps"], kernel_sequence(outputs))),
-        launch(outputs),
-    )[1]
+    launched = launches_recorded(engine)
     prompt = _long_prompt(engine)
     prompted: list[int] = []  # the step after which the long row's prompt is all in
 

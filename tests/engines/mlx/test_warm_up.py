@@ -15,7 +15,6 @@ import pytest
 
 from kinfer.engines.mlx import sdpa_buckets, shape_buckets, warm_up
 from kinfer.engines.mlx.attention_ops import SHORT_CONTEXT
-from kinfer.engines.mlx.graph_ops import kernel_sequence
 from kinfer.engines.mlx.kv import BLOCK
 from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.shape_buckets import bucket, decode_rows
@@ -28,7 +27,15 @@ from kinfer.engines.mlx.warm_up import (
     warm_step_ops,
 )
 from tests.engines.mlx.fixtures import *  # noqa: F403
-from tests.engines.mlx.fixtures import chat, job, mlx_lm_greedy, readable, run_jobs
+from tests.engines.mlx.fixtures import (
+    chat,
+    evals_recorded,
+    job,
+    launches_recorded,
+    mlx_lm_greedy,
+    readable,
+    run_jobs,
+)
 from tests.engines.mlx.test_engine import QUESTIONS
 
 
@@ -283,24 +290,10 @@ def test_rows_coming_and_going_after_the_warm_up_launch_only_pass_graphs_it_buil
     # A recurrent model's steady step reads its rows' state as the last pass left it, and a batch that
     # changed gathers it from one output or more: read apart, so the pass is the same either way.
     path = request.getfixturevalue(model)
-    built: set[tuple[str, ...]] = set()
-    real_eval = mx.eval
-
-    def recorded_eval(*args):
-        arrays = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
-        built.add(kernel_sequence([a for a in arrays if isinstance(a, mx.array)]))
-        return real_eval(*args)
-
-    monkeypatch.setattr(mx, "eval", recorded_eval)
-    engine = make_mlx(path, rows=4, ctx=1024)
-    monkeypatch.setattr(mx, "eval", real_eval)
+    with evals_recorded() as built:
+        engine = make_mlx(path, rows=4, ctx=1024)
     monkeypatch.setattr(engine._clock.budget, "timed", False)  # CUDA's fixed share beside decoding rows
-    launched: list[tuple[int, tuple[str, ...]]] = []
-    launch = engine._launch
-    engine._launch = lambda outputs: (
-        launched.append((engine._counts["steps"], kernel_sequence(outputs))),
-        launch(outputs),
-    )[1]
+    launched = launches_recorded(engine)
 
     # one at a time, beside decoding rows, each leaving in turn; every row within one KV block (a CPU's
     # portable attention merges rows of different block counts with ops of its own; CUDA: one kernel)
