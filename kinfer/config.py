@@ -151,7 +151,7 @@ class Settings:
     mlx_layer_split: bool = _setting(
         True,
         "MLX on CUDA: a prompt's chunks beside decoding rows through a few layers a step, so streaming "
-        "replies keep their pace (llama, qwen2, qwen3) (off: a whole forward pass a step)",
+        "replies keep their pace (llama, qwen2, qwen3, qwen3.5) (off: a whole forward pass a step)",
         group=DIAGNOSTIC,
     )
     mlx_fuse_projections: bool | None = _setting(

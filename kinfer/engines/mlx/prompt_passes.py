@@ -43,7 +43,9 @@ import numpy as np
 
 from kinfer.engines.base import JobUpdate
 from kinfer.engines.mlx import shape_buckets
+from kinfer.engines.mlx.compiled_step import CompiledDecoder
 from kinfer.engines.mlx.gated_delta import kinfer_pass
+from kinfer.engines.mlx.hybrid_layers import HybridLayers
 from kinfer.engines.mlx.kv import PassLayout
 from kinfer.engines.mlx.rows import PrefillPass
 from kinfer.engines.mlx.shape_buckets import bucket
@@ -88,7 +90,7 @@ class PromptPasses:
     """The MLX engine's prompt passes (module doc): whole, or in parts of its layers."""
 
     @property
-    def _layered(self):
+    def _layered(self) -> CompiledDecoder | HybridLayers | None:
         """What runs a chunk a few layers a step: the compiled decoder, else a hybrid model's own layers
         (None: neither; chunks go whole)."""
         return self._decoder or self._hybrid
