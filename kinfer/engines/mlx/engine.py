@@ -37,18 +37,18 @@ from kinfer.engines.mlx.caches import cache_arrays, pass_views
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
+from kinfer.engines.mlx.decode_pass import DecodePass
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
 from kinfer.engines.mlx.hybrid_layers import HybridLayers
 from kinfer.engines.mlx.kv import PagedLayer, PassLayout, install_attention_hook
-from kinfer.engines.mlx.logits import with_bias
 from kinfer.engines.mlx.memory import PeakWindow, device_budget, mlx_account, over_budget, weight_bytes
 from kinfer.engines.mlx.model import load_weights, model_vocab, read_model_directory
 from kinfer.engines.mlx.prefix import PrefixPool
 from kinfer.engines.mlx.prompt_passes import PromptPasses, SplitChunk
 from kinfer.engines.mlx.row_blocks import RowBlocks
 from kinfer.engines.mlx.rows import Inflight, Row, StepBatch, check_prompt, plan_prefill
-from kinfer.engines.mlx.sampling import needs_penalties, push_history, sample
+from kinfer.engines.mlx.sampling import needs_penalties
 from kinfer.engines.mlx.sdpa_buckets import LONG_CONTEXT_QUERIES
 from kinfer.engines.mlx.sizing import SizePlan, plan_layers, plan_size
 from kinfer.engines.mlx.state import StateSlots, reset_row
@@ -62,7 +62,7 @@ from kinfer.errors import Busy, EngineFailure, InvalidRequest
 log = logging.getLogger(__name__)
 
 
-class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
+class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses, DecodePass):
     """A model directory served by MLX (the `Engine` protocol).
 
     rows / ctx: 0 = automatic (sizing.plan_size). prefix_cache: keep recent prompts for reuse. cache_limit_gb:
@@ -428,65 +428,6 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses):
 
     def _cache_arrays(self) -> list[mx.array]:
         return cache_arrays(self._layers)
-
-    def _decode(self, rows: list[Row], updates: list[JobUpdate]) -> Inflight:
-        batch = self._batch
-        plan = batch.plan(rows)
-        for row in rows:
-            self._ensure_blocks(row, row.fed + 1)
-        layout = PassLayout(batch.table(plan.slots), batch.positions(plan.slots), 1, decode=True)
-        inputs = batch.inputs(rows)
-        if plan.padding:
-            inputs = mx.concatenate([inputs.astype(mx.int32), mx.zeros((plan.padding,), dtype=mx.int32)])
-        if self._pad_decode:  # CUDA: apart, so the pass's graphs start where the warm-up's did (_launch)
-            mx.async_eval(inputs)
-        logits = self.forward(inputs[:, None], self._views(layout, plan.slots))[:, -1, :]
-        if plan.padding:
-            logits = logits[: len(rows)]
-        if plan.bias is not None:  # logit_bias first, then the grammar's mask: -inf stays -inf
-            logits = with_bias(logits, plan.bias)
-        if any(row.grammar is not None for row in rows):
-            logits = self._constrain(logits, rows, updates)
-        history = None
-        if plan.sampling.penalties and self._history is not None:
-            history = self._history if plan.history_rows is None else self._history[plan.history_rows]
-        # the draw's random number comes from (seed, position): a row's draws ignore the rest of the batch
-        starts = layout.starts[: len(rows)]
-        counters = None if plan.sampling.all_greedy else mx.array(starts.astype(np.uint32))
-        tokens = sample(logits, plan.sampling, counters, history)
-        if self._agree is not None:
-            tokens = self._agree(tokens)
-        if history is not None:
-            updated = push_history(history, tokens)
-            if plan.history_rows is None:
-                self._history = updated
-            else:
-                self._history[plan.history_rows] = updated
-        # only rows that ask pay for a log-softmax (on the logits they sampled from)
-        logprobs = plan.logprobs.compute(logits, tokens) if plan.logprobs is not None else None
-        batch.dispatched(rows, tokens)
-        return Inflight(tokens, rows, plan.logprobs, logprobs)
-
-    def _collect(self, step: Inflight) -> list[JobUpdate]:
-        """Read a dispatched step's tokens (the host's only wait) and turn them into updates."""
-        self.step_timer.lap("other")
-        values = step.tokens.tolist()
-        self.step_timer.lap("wait")
-        records = {}
-        if step.logprob_rows is not None and step.logprobs is not None:
-            records = step.logprob_rows.records(step.logprobs, values, self._tokenizer.piece)
-        updates = []
-        for i, (row, token) in enumerate(zip(step.rows, values, strict=True)):
-            if row.done:
-                continue  # finished or cancelled after this step was dispatched
-            self._counts["generated"] += 1
-            update = row.accept(token, self._eos)
-            if i in records and not (token in self._eos and not row.job.ignore_eos):
-                update = replace(update, logprobs=(records[i],))  # an end token has no text, no logprob
-            updates.append(update)
-            if update.finish is not None:
-                self._release(row, save=True)
-        return updates
 
     def forward(self, inputs: mx.array, views: list) -> mx.array:
         """One forward pass of the model over kinfer's caches (the CUDA recurrence kernel may run)."""
