@@ -19,6 +19,8 @@
 #   lowmbN       two sweeps, MLX's data limit on a CUDA graph lowered to LOW_MB (default 250) then at the
 #                H200's default: peak memory at 64 / 256 rows against tok/s (the lifted limit raised the
 #                256-row peak by 10-15 GiB; does a lower one cut the transient?); run twice for ABAB (~200 s)
+#   (any step)   KINFER_CUDA_POOL_KEEP=0 before the command: CUDA's pool releases at every sync, as before
+#                kinfer/engines/mlx/cuda_pool.py (a before / after pair on one tree)
 #   saN / sbN    a PROMPT-token prompt (default 30,000, --ctx $CTX, default 40,960) beside 16 streaming
 #                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
@@ -38,11 +40,24 @@ TREE_A=${TREE_A:-$PWD/.gpu-old}
 TREE_B=${TREE_B:-$PWD}
 mkdir -p "$R"
 
+smi_start() {  # smi_start NAME: the GPU's memory in use as the driver sees it, every 0.5 s (MLX's
+  # account leaves out what CUDA's memory pool holds)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$R/smi-$1.txt" 2>/dev/null &
+  SMI=$!
+}
+smi_stop() {  # smi_stop NAME: the largest sample, the samples into steps.tar
+  kill "$SMI" 2>/dev/null; wait "$SMI" 2>/dev/null
+  echo "GPU memory used, largest sample: $(sort -n "$R/smi-$1.txt" | tail -1) MiB"
+  tar -rf "$R/steps.tar" -C "$R" "smi-$1.txt" && rm "$R/smi-$1.txt"
+}
+
 stall() {  # stall TREE NAME
+  smi_start "$2"
   KINFER_STEP_HOOK="$R/steps-$2.log" KINFER_STEP_SLOW=0 PYTHONPATH="$PWD/scripts/step_log:$PYTHONPATH" \
     python3 scripts/bench_stalls.py --tree "$2=$1" --weights "$M/$SIZE" --rows 16 \
     --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 --threads 0 --rounds 1 \
     --json "$R/stalls-$2.json" 2>&1 | grep -v 'INFO\|HTTP Request' | tail -15
+  smi_stop "$2"
   python3 scripts/read_step_log.py "$R/steps-$2.log" 2>&1 | tail -12
   gzip -f "$R/steps-$2.log"
   # one file for every run's log: a device call brings back a few files only (8 came back on 2026-12-05)
@@ -72,8 +87,10 @@ for step in "$@"; do
         | grep -E 'tok/s|kinfer' | tail -8
       mv "$R/tmp-$step/peers-$SIZE.json" "$R/sweep-$step.json" && rm -rf "$R/tmp-$step" ;;
     sweep*)
+      smi_start "$step"
       TARGETS=kinfer-mlx LEVELS=${LEVELS:-1,64,256} OUT=$R/tmp-$step bash scripts/bench_gpu.sh sweep "$SIZE" 2>&1 \
         | grep -E 'tok/s|kinfer' | tail -8
+      smi_stop "$step"
       mv "$R/tmp-$step/peers-$SIZE.json" "$R/sweep-$step.json" && rm -rf "$R/tmp-$step" ;;
     sa*) stall "$TREE_A" "$step" ;;
     sb*) stall "$TREE_B" "$step" ;;
