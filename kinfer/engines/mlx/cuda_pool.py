@@ -6,8 +6,9 @@ pool's release threshold is 0 unless someone sets it, and CUDA then unmaps whate
 unused at every synchronization: MLX synchronizes each time the host reads a step's tokens
 (`cudaEventSynchronize`). The next `cudaMallocAsync` that the pool cannot serve maps physical memory
 anew, milliseconds for a large buffer, inside the step's launch. A long prompt's chunks beside
-streaming rows churn hundreds of MB of scratch a step past the cache, so their steps paid that, and
-so did the step after them.
+streaming rows can churn hundreds of MB of scratch a step past that cache: the suspected cause of the
+one-off 15-26 ms launches left in the H100's stall runs (docs/benchmarks.md, "H100, 2026-12-05"), not
+yet measured against CUDA's default.
 
 With the threshold at the memory budget the pool keeps what it was given up to the budget, the process
 never holding more than it already reached (the budget bounds that too), and a buffer the pool holds

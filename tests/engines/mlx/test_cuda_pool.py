@@ -1,10 +1,11 @@
 """CUDA's memory pools keep what MLX frees into them, up to the budget (kinfer/engines/mlx/cuda_pool.py).
-The driver here is a stand-in that records the calls: this machine has no CUDA driver."""
+The driver here is a stand-in that records the calls (CI has no GPU)."""
 
 from __future__ import annotations
 
 import ctypes
 
+from kinfer.engines.mlx import cuda_pool
 from kinfer.engines.mlx.cuda_pool import ENV, RELEASE_THRESHOLD, keep_pool_reserved, trim_pools
 
 
@@ -63,8 +64,10 @@ def test_the_environment_can_leave_cudas_default():
     assert driver.thresholds == {}
 
 
-def test_without_a_cuda_driver_nothing_is_set():
-    assert keep_pool_reserved(1 << 30, environ={}) == 0  # this machine: no libcuda.so.1
+def test_without_a_cuda_driver_nothing_is_set(monkeypatch):
+    monkeypatch.setattr(cuda_pool, "_driver", lambda: None)  # libcuda.so.1 not found (a CPU, a Mac)
+    assert keep_pool_reserved(1 << 30, environ={}) == 0
+    assert trim_pools() == 0
 
 
 def test_a_closing_engine_gives_every_pools_unused_memory_back():
