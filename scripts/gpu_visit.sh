@@ -19,8 +19,6 @@
 #   lowmbN       two sweeps, MLX's data limit on a CUDA graph lowered to LOW_MB (default 250) then at the
 #                H200's default: peak memory at 64 / 256 rows against tok/s (the lifted limit raised the
 #                256-row peak by 10-15 GiB; does a lower one cut the transient?); run twice for ABAB (~200 s)
-#   (any step)   KINFER_CUDA_POOL_KEEP=0 before the command: CUDA's pool releases at every sync, as before
-#                kinfer/engines/mlx/cuda_pool.py (a before / after pair on one tree)
 #   saN / sbN    a PROMPT-token prompt (default 30,000, --ctx $CTX, default 40,960) beside 16 streaming
 #                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
@@ -41,7 +39,7 @@ TREE_B=${TREE_B:-$PWD}
 mkdir -p "$R"
 
 smi_start() {  # smi_start NAME: the GPU's memory in use as the driver sees it, every 0.5 s (MLX's
-  # account leaves out what CUDA's memory pool holds)
+  # account leaves out what CUDA holds outside MLX's buffers: its memory pool, graphs, libraries)
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$R/smi-$1.txt" 2>/dev/null &
   SMI=$!
 }

@@ -37,7 +37,6 @@ from kinfer.engines.mlx.caches import cache_arrays, pass_views
 from kinfer.engines.mlx.check import self_check_engine
 from kinfer.engines.mlx.compiled_layers import compile_decode
 from kinfer.engines.mlx.constrained_rows import ConstrainedRows
-from kinfer.engines.mlx.cuda_pool import keep_pool_reserved, trim_pools
 from kinfer.engines.mlx.decode_pass import DecodePass
 from kinfer.engines.mlx.embed import embed_generative, generative_spec
 from kinfer.engines.mlx.gated_delta import install_gated_delta_hook, kinfer_pass
@@ -155,8 +154,6 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses, DecodePass):
             cache_limit=int(cache_limit_gb * (1 << 30)),
         )
         mx.set_cache_limit(self.plan.cache_limit)
-        if kernels.on_cuda_gpu():  # past MLX's cache, freed memory stays in CUDA's pool (cuda_pool.py)
-            keep_pool_reserved(self._budget or (1 << 64) - 1)
         # on CUDA decode passes are padded to a few row counts (shape_buckets.py); the padding rows all
         # point at one scratch slot past the real ones, with a KV block and recurrent state of its own
         self._pad_decode = shape_buckets.enabled()
@@ -367,9 +364,6 @@ class MlxEngine(RowBlocks, ConstrainedRows, PromptPasses, DecodePass):
             mx.set_wired_limit(self._old_wired_limit)
             self._old_wired_limit = None
         mx.clear_cache()
-        if kernels.on_cuda_gpu():  # what CUDA's pool kept goes back for the next model (cuda_pool.py)
-            mx.synchronize()
-            trim_pools()
 
     # ---- one step -------------------------------------------------------------------------
 
