@@ -9,7 +9,9 @@ from pathlib import Path
 from kinfer.config import Settings
 from kinfer.engines.loader import load_engine
 from kinfer.engines.mlx.cuda_graphs import GRAPH_CACHE, keep_graphs
+from kinfer.engines.mlx.engine import MlxEngine
 from tests.engines.mlx.test_ptx_cache import Model
+from tests.fixtures.tiny_mlx import build_tiny_model
 
 
 def test_mlx_keeps_room_for_thousands_of_graphs_and_never_throws_on_misses():
@@ -30,17 +32,15 @@ def test_a_users_own_graph_settings_win():
 
 
 def test_loading_an_mlx_model_sets_them_before_the_engine_touches_the_device(tmp_path: Path, monkeypatch):
-    from tests.fixtures.tiny_mlx import build_tiny_model
-
     order: list[str] = []
     monkeypatch.setattr("kinfer.engines.mlx.cuda_graphs.keep_graphs", lambda: order.append("graphs"))
-    real_init = __import__("kinfer.engines.mlx.engine", fromlist=["MlxEngine"]).MlxEngine.__init__
+    real_init = MlxEngine.__init__
 
     def init(self, *args, **kwargs):
         order.append("engine")
         real_init(self, *args, **kwargs)
 
-    monkeypatch.setattr("kinfer.engines.mlx.engine.MlxEngine.__init__", init)
+    monkeypatch.setattr(MlxEngine, "__init__", init)
     path = build_tiny_model(tmp_path / "qwen3", "qwen3")
     engine = load_engine(Model("tiny", "mlx", path), Settings(parallel=1, ctx=128, home=tmp_path / "home"))
     engine.close()
