@@ -26,7 +26,11 @@
 #                SIZE=qwen3.5-0.8b CTX=65536
 #   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
 #                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s); PER_STEP=1:
-#                each step recorded apart, a line each (its host CUDA calls, its new graphs)
+#                each step recorded apart, a line each (its host CUDA calls, its new graphs); AFTER: steps
+#                run past the prompt's first token (default 10: KERNELS_AT=1 with KERNELS=14 AFTER=16
+#                records its row joining, leaving and the steps after)
+#   inprocN      the stall scenario in-process, no profiler: the slowest steps from the prompt's arrival on
+#                (ms, launch against the engine thread's CPU time in it; ~60 s)
 # Seen on 2026-12-04 (sixth session): setup + models + two stall runs ~245 s of a call's 600.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -92,10 +96,15 @@ for step in "$@"; do
       mv "$R/tmp-$step/peers-$SIZE.json" "$R/sweep-$step.json" && rm -rf "$R/tmp-$step" ;;
     sa*) stall "$TREE_A" "$step" ;;
     sb*) stall "$TREE_B" "$step" ;;
+    inproc*)
+      (cd "$TREE_B" && PYTHONPATH=/tmp/site:$TREE_B python3 scripts/profile_steps.py stall --weights "$M/$SIZE" \
+        --rows 16 --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 --before 30 \
+        --after "${AFTER:-10}" --json "$R/$step.json") > "$R/$step.txt" 2>&1
+      grep -v 'Warning\|_warn_once\|^prefill beside' "$R/$step.txt" | cut -c1-240 | tail -14 ;;
     kernels*)
       (cd "$TREE_B" && PYTHONPATH=$TREE_B/scripts/step_log:/tmp/site:$TREE_B python3 scripts/profile_steps.py stall \
         --weights "$M/$SIZE" --rows 16 --prompt-tokens "${PROMPT:-30000}" --ctx "${CTX:-40960}" --row-tokens 8000 \
-        --before 30 --after 10 --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" ${PER_STEP:+--kernels-per-step} \
+        --before 30 --after "${AFTER:-10}" --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" ${PER_STEP:+--kernels-per-step} \
         --json "$R/$step.json") > "$R/$step.txt" 2>&1
       grep -v 'Warning\|_warn_once' "$R/$step.txt" | grep -v '^    ' | cut -c1-240 | head -40 ;;
     *) echo "unknown step: $step" ;;

@@ -123,6 +123,17 @@ class KernelTimes:
                     graph["kernels"] = [short_name(k["name"]) for k in ran]
         return found
 
+    def launched_graphs(self) -> list[int]:
+        """Each CUDA graph launch's kernel count (its memsets and copies too), in launch order: the
+        shape of a step's passes as MLX cut them into graphs, to set a new one beside its neighbours."""
+        counts: dict[object, int] = defaultdict(int)
+        for e in self.events:
+            if e.get("correlation") is not None:
+                counts[e["correlation"]] += 1
+        launches = [c for c in self.api_calls if c["name"] == "cudaGraphLaunch"]
+        launches.sort(key=lambda e: e["ts"])
+        return [counts.get(c.get("correlation"), 0) for c in launches]
+
     def table(self, top: int = 25) -> str:
         busy = self.busy_us() / 1000
         first, last = (self.events[0], self.events[-1]) if self.events else ({"ts": 0}, {"ts": 0, "dur": 0})

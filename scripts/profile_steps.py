@@ -36,9 +36,11 @@ from pathlib import Path
 
 
 def _engine(weights: Path, rows: int, ctx: int):
+    from kinfer.engines.mlx.cuda_graphs import keep_graphs
     from kinfer.engines.mlx.engine import MlxEngine
     from kinfer.engines.mlx.step_timer import StepTimer
 
+    keep_graphs()  # as the server's loader does: without it MLX keeps 400 graphs and evicts the warm-up's
     engine = MlxEngine(weights, name="profile", rows=rows, ctx=ctx, prefix_cache=False)
     engine.step_timer = StepTimer()
     return engine
@@ -161,11 +163,16 @@ def _step_calls(times) -> dict:
 
     return {
         "api_calls": times.by_api_call()[:15],
+        "launched_graphs": times.launched_graphs(),
         "new_graphs": [
             {"instantiate_us": g["instantiate_us"], "kernels": len(g["kernels"]), "runs": runs(g["kernels"])}
             for g in times.new_graphs()
         ],
     }
+
+
+def _most(calls, count: int) -> list[dict]:
+    return sorted(calls, key=lambda c: -c["total_ms"])[:count]
 
 
 def _step_line(step: dict) -> str:
@@ -179,8 +186,10 @@ def _step_line(step: dict) -> str:
         f"step {step['ms']:.1f} ms prefill {step.get('prefill')} fed {step.get('fed')}: instantiate "
         f"{took('cudaGraphInstantiate')}, update {took('cudaGraphExecUpdate')}, launch "
         f"{took('cudaGraphLaunch')}, exec destroy {took('cudaGraphExecDestroy')}, malloc "
-        f"{took('cudaMallocAsync')}, free {took('cudaFreeAsync')}"
+        f"{took('cudaMallocAsync')}, free {took('cudaFreeAsync')}; the most host time: "
+        + ", ".join(f"{c['call']} {c['calls']} x {c['total_ms']:.2f} ms" for c in _most(calls.values(), 3))
     ]
+    lines.append(f"  graphs launched (kernels each): {step['kernel_step']['launched_graphs']}")
     for graph in step["kernel_step"]["new_graphs"]:
         head = f"  new graph ({graph['instantiate_us']:.0f} us) {graph['kernels']} kernels"
         lines.append(f"{head}: {graph['runs'][:300]}")
@@ -301,6 +310,14 @@ def main() -> None:
         beside = result["prefill_steps_ms"]
         print(f"prefill beside decoding rows: {len(beside)} steps, ms: {[round(m, 1) for m in beside]}")
         print(f"long prompt's first token after {result['long_first_token_s']:.2f} s")
+        # from the long prompt's arrival on: chunk steps, its row joining and leaving, the steps after
+        slowest = sorted(range(args.before, len(steps)), key=lambda i: -steps[i]["ms"])[:8]
+        for i in slowest:
+            step = steps[i]
+            print(
+                f"  step {i}: {step['ms']:.1f} ms, prefill {step['prefill']}, decoding {step['decoding']}, "
+                f"launch {step.get('launch', 0):.1f}, cpu_launch {step.get('cpu_launch', 0):.1f}"
+            )
     compiled = [(i, round(s["ms"], 1), s["compiled"]) for i, s in enumerate(steps) if s["compiled"]]
     print(f"first sightings after the load (step, ms, modules): {compiled}")
     if args.json:

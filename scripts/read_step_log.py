@@ -7,7 +7,10 @@ Reads logs written by scripts/step_log (`KINFER_STEP_HOOK`, every step with `KIN
 `scripts/bench_stalls.py` runs keep them beside their JSON. Of the steps with `--rows` rows decoding, the
 ones that also prefilled (the long prompt's chunks) are cut into thirds in order; per third the median
 step ms and its phases (build, launch, wait), then the slowest chunk step and the median of the
-decode-only steps. One line per log.
+decode-only steps. One line per log, then `--slowest` lines (default 6), one per slowest step with the
+rows decoding (with or without a chunk, the long prompt's row joining or not): its number in the log,
+ms, what it prefilled, its launch against the engine thread's CPU time in it (`cpu_launch`, logs since
+2026-12-06: far less than the launch is a wait, not work) and the garbage collection inside it.
 
 `--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
 decode-only steps' median ms and phases, and the median time between two steps' ends less the later
@@ -74,6 +77,21 @@ def summary(steps: list[dict[str, float]], rows: int) -> dict:
     }
 
 
+def slowest(steps: list[dict[str, float]], rows: int, count: int) -> list[tuple[int, dict[str, float]]]:
+    """The `count` slowest steps with `rows` rows decoding (or `rows` + 1: the long prompt's row joined),
+    by their number in the log (1-based), slowest first."""
+    numbered = [(i, s) for i, s in enumerate(steps, 1) if s.get("decoding") in (rows, rows + 1)]
+    return sorted(numbered, key=lambda pair: -pair[1]["total"])[:count]
+
+
+def slow_line(number: int, step: dict[str, float]) -> str:
+    extra = "".join(f", {key} {step[key]:.1f}" for key in ("cpu_launch", "gc") if key in step)
+    return (
+        f"  step {number}: {step['total']:.1f} ms, prefill {step.get('prefill', 0):.0f}, decoding "
+        f"{step.get('decoding', 0):.0f}, launch {step.get('launch', 0):.1f}{extra}"
+    )
+
+
 def line(name: str, cells: dict) -> str:
     def by_third(key: str) -> str:
         return " / ".join(f"{t[key]:.1f}" for t in cells["thirds"])
@@ -92,6 +110,7 @@ def main() -> None:
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--rows", type=int, default=16, help="the streaming rows beside the long prompt")
     parser.add_argument("--decode", action="store_true", help="decode-only steps by rows decoding")
+    parser.add_argument("--slowest", type=int, default=6, help="the slowest steps listed, one a line")
     args = parser.parse_args()
     for path in args.logs:
         if args.decode:
@@ -99,7 +118,10 @@ def main() -> None:
                 ms = ", ".join(f"{k} {cells[k]:.2f}" for k in PHASES)
                 print(f"{path.name}: {rows} rows, {cells['steps']} steps, median ms: {ms}")
             continue
-        print(line(path.name, summary(read_steps(path), args.rows)))
+        steps = read_steps(path)
+        print(line(path.name, summary(steps, args.rows)))
+        for number, step in slowest(steps, args.rows, args.slowest):
+            print(slow_line(number, step))
 
 
 if __name__ == "__main__":

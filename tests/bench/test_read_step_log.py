@@ -50,3 +50,19 @@ def test_decode_only_steps_are_summed_up_by_rows_with_the_time_outside_each_step
     assert cells[1]["steps"] == 3 and cells[1]["total"] == 4.0 and cells[1]["launch"] == 1.0
     assert abs(cells[1]["outside"] - 1.0) < 0.01  # 4-3, 5-4, 7-5 ms between the ends, less the step
     assert abs(cells[2]["outside"] - 0.5) < 0.01
+
+
+def test_the_slowest_steps_are_listed_with_the_engine_threads_cpu_time_in_their_launch(tmp_path):
+    read = _load("read_step_log")
+    lines = [_line(0, 3, 99.0, 90.0)]  # fewer rows decoding: not listed
+    lines += [_line(0, 16, 5.0, 3.0), _line(256, 16, 30.0, 28.0)]
+    lines.append(_line(0, 16, 22.0, 20.0).replace("\n", " cpu=4.0 cpu_launch=2.5 gc=0.0\n"))
+    lines.append(_line(0, 17, 9.0, 7.0))  # the long prompt's row decoding beside the 16
+    path = tmp_path / "steps.log"
+    path.write_text("".join(lines))
+    listed = read.slowest(read.read_steps(path), rows=16, count=3)
+    assert [number for number, _ in listed] == [3, 4, 5]
+    assert read.slow_line(*listed[1]) == (
+        "  step 4: 22.0 ms, prefill 0, decoding 16, launch 20.0, cpu_launch 2.5, gc 0.0"
+    )
+    assert read.slow_line(*listed[0]).endswith("launch 28.0")  # an older log: no CPU time

@@ -10,7 +10,10 @@ a step's phases add up to its total. Phases:
 - other: the rest (row bookkeeping, stop checks, detokenizing, updates)
 
 A constrained row's step reads back early (MlxEngine._constrain): its masks and bookkeeping count as
-build. `NO_TIMER`, the engine's default, does nothing.
+build. Beside the phases' wall time a step records the engine thread's own CPU time: `cpu` over the
+step, `cpu_launch` inside `mx.async_eval`, which releases the GIL. A launch far longer than its CPU time
+waited (for the GIL back from another thread, a lock, the device) instead of working (encoding,
+instantiating CUDA graphs). `NO_TIMER`, the engine's default, does nothing.
 """
 
 from __future__ import annotations
@@ -45,19 +48,23 @@ class StepTimer(NoTimer):
         self._began = self._last = 0.0
 
     def start(self) -> None:
-        self._current = dict.fromkeys(PHASES, 0.0)
+        self._current = dict.fromkeys(PHASES, 0.0) | {"cpu_launch": 0.0}
         self._began = self._last = time.perf_counter()
+        self._cpu_began = self._cpu_last = time.thread_time()
 
     def lap(self, phase: str, outputs: list | None = None) -> None:
         if self._current is not None:
-            now = time.perf_counter()
+            now, cpu = time.perf_counter(), time.thread_time()
             self._current[phase] += now - self._last
-            self._last = now
+            if phase == "launch":
+                self._current["cpu_launch"] += cpu - self._cpu_last
+            self._last, self._cpu_last = now, cpu
 
     def stop(self) -> None:
         if self._current is not None:
             self.lap("other")
             self._current["total"] = self._last - self._began
+            self._current["cpu"] = self._cpu_last - self._cpu_began
             self.steps.append(self._current)
             self._current = None
 

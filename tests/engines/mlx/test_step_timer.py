@@ -16,7 +16,7 @@ def test_phases_add_up_to_the_step_and_the_rest_is_other():
     timer.lap("build")  # a phase may come back (a constrained step's early read-back)
     timer.stop()
     (step,) = timer.steps
-    assert set(step) == {*PHASES, "total"}
+    assert set(step) == {*PHASES, "total", "cpu", "cpu_launch"}
     assert abs(sum(step[p] for p in PHASES) - step["total"]) < 1e-9
     assert timer.mean_ms()["steps"] == 1
     timer.lap("wait")  # outside a step: ignored
@@ -47,3 +47,18 @@ def test_the_breakdown_adds_up_to_the_step_time_seen_from_outside(make_mlx, tiny
     assert all(step["build"] > 0 and step["launch"] > 0 for step in timer.steps[1:-1])
     mean = timer.mean_ms()
     assert mean["steps"] == len(outside) and mean["total"] > 0
+
+
+def test_a_launch_that_waits_shows_less_cpu_time_than_wall_time():
+    timer = StepTimer()
+    timer.start()
+    timer.lap("build")
+    time.sleep(0.05)  # the engine thread blocked (the GIL held elsewhere, a lock): no CPU time
+    timer.lap("launch")
+    busy = time.perf_counter() + 0.02
+    while time.perf_counter() < busy:  # working: CPU time
+        pass
+    timer.stop()
+    (step,) = timer.steps
+    assert step["launch"] >= 0.05 and step["cpu_launch"] < 0.02
+    assert step["cpu"] >= 0.015 and step["cpu"] <= step["total"]
