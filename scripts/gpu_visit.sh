@@ -23,7 +23,8 @@
 #                rows through HTTP, tree $TREE_A (default .gpu-old) / $TREE_B (default this checkout),
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
 #                kernels); qwen3-0.6b's context is 40,960 tokens, so a 50,000-token prompt needs
-#                SIZE=qwen3.5-0.8b CTX=65536
+#                SIZE=qwen3.5-0.8b CTX=65536; KINFER_STEP_KERNELS=6@s712 records steps 712-717 of the server
+#                kernel by kernel (the stall's slowest step on an H100 was the log's 715th in every run)
 #   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
 #                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s); PER_STEP=1:
 #                each step recorded apart, a line each (its host CUDA calls, its new graphs); AFTER: steps
@@ -61,6 +62,8 @@ stall() {  # stall TREE NAME
     --json "$R/stalls-$2.json" 2>&1 | grep -v 'INFO\|HTTP Request' | tail -15
   smi_stop "$2"
   python3 scripts/read_step_log.py "$R/steps-$2.log" 2>&1 | tail -12
+  # KINFER_STEP_KERNELS=N@TOKENS or N@sSTEP (step_log/sitecustomize.py): the recorded steps, a line each
+  grep -E "^step |^  " "$R/steps-$2.log" | cut -c1-500 | head -40
   gzip -f "$R/steps-$2.log"
   # one file for every run's log: a device call brings back a few files only (8 came back on 2026-12-05)
   tar -rf "$R/steps.tar" -C "$R" "steps-$2.log.gz" && rm "$R/steps-$2.log.gz"

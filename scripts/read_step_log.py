@@ -10,7 +10,8 @@ step ms and its phases (build, launch, wait), then the slowest chunk step and th
 decode-only steps. One line per log, then `--slowest` lines (default 6), one per slowest step with the
 rows decoding (with or without a chunk, the long prompt's row joining or not): its number in the log,
 ms, what it prefilled, its launch against the engine thread's CPU time in it (`cpu_launch`, logs since
-2026-12-06: far less than the launch is a wait, not work) and the garbage collection inside it.
+2026-12-06: far less than the launch is a wait, not work), the garbage collection inside it, what the
+allocator grew by at its launches and how its passes read their recurrent state.
 
 `--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
 decode-only steps' median ms and phases, and the median time between two steps' ends less the later
@@ -27,6 +28,7 @@ import statistics
 from pathlib import Path
 
 FIELD = re.compile(r"(\w+)=([\d.]+)")
+READS = re.compile(r"reads=(\S+)")
 PHASES = ("total", "build", "launch", "wait", "other", "outside")  # --decode's columns
 
 
@@ -36,10 +38,16 @@ def read_steps(path: Path) -> list[dict[str, float]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as lines:
         return [
-            {"at": float(line.split()[0]), **{k: float(v) for k, v in FIELD.findall(line)}}
+            {"at": float(line.split()[0]), **{k: float(v) for k, v in FIELD.findall(line)}, **_reads(line)}
             for line in lines
             if " step " in line
         ]
+
+
+def _reads(line: str) -> dict:
+    """How the step's passes read their rows' recurrent state (`reads=`, logs since 2026-12-06)."""
+    found = READS.search(line)
+    return {"reads": found.group(1)} if found else {}
 
 
 def decode_summary(steps: list[dict[str, float]]) -> dict[int, dict[str, float]]:
@@ -85,7 +93,8 @@ def slowest(steps: list[dict[str, float]], rows: int, count: int) -> list[tuple[
 
 
 def slow_line(number: int, step: dict[str, float]) -> str:
-    extra = "".join(f", {key} {step[key]:.1f}" for key in ("cpu_launch", "gc") if key in step)
+    extra = "".join(f", {key} {step[key]:.1f}" for key in ("cpu_launch", "gc", "launched_mb") if key in step)
+    extra += f", reads {step['reads']}" if "reads" in step else ""
     return (
         f"  step {number}: {step['total']:.1f} ms, prefill {step.get('prefill', 0):.0f}, decoding "
         f"{step.get('decoding', 0):.0f}, launch {step.get('launch', 0):.1f}{extra}"

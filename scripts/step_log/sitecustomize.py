@@ -7,8 +7,10 @@ One line per step slower than KINFER_STEP_SLOW seconds (default 0.08; 0: every s
 step's ms, prompt positions prefilled, rows decoding and filling, and the step timer's phases (build,
 launch, wait, other; kinfer/engines/mlx/step_timer.py). KINFER_STEP_PROFILE=1 adds a cProfile of each
 slow step, KINFER_STEP_MEMORY=1 the memory account's parts in MB. Each line also carries the engine
-thread's CPU time (`cpu=`, `cpu_launch=`: step_timer.py) and `gc=`, the milliseconds any thread spent
-collecting garbage during the step. KINFER_STEP_KERNELS=N@TOKENS (CUDA, torch installed) records N
+thread's CPU time (`cpu=`, `cpu_launch=`: step_timer.py), `gc=`, the milliseconds any thread spent
+collecting garbage during the step, `launched_mb=`, what the allocator grew by while the step's passes
+were launched (a pass that could not update a KV pool in place copies it whole), and `reads=`, how each
+pass read its rows' recurrent state. KINFER_STEP_KERNELS=N@TOKENS (CUDA, torch installed) records N
 steps kernel by kernel once a row has TOKENS tokens in (N@sSTEP: from the hook's STEP-th step on),
 each step apart (profile_steps.py's
 window): their host CUDA calls and the graphs they instantiated, appended to the log after the N steps.
@@ -74,7 +76,8 @@ def _install() -> None:
             out.write(
                 f"{time.time():.4f} step {seconds * 1000:.1f}ms prefill={self._step_prefill} "
                 f"decoding={ready} filling={len(active) - ready} updates={len(updates)} {laps} "
-                f"gc={collected * 1000:.1f} reads={','.join(step_reads) or '-'}"
+                f"gc={collected * 1000:.1f} launched_mb={self._dispatched_bytes / 2**20:.1f} "
+                f"reads={','.join(step_reads) or '-'}"
                 + (" " + _parts(self.stats().memory) if memory else "")
                 + "\n"
             )

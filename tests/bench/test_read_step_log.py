@@ -56,13 +56,13 @@ def test_the_slowest_steps_are_listed_with_the_engine_threads_cpu_time_in_their_
     read = _load("read_step_log")
     lines = [_line(0, 3, 99.0, 90.0)]  # fewer rows decoding: not listed
     lines += [_line(0, 16, 5.0, 3.0), _line(256, 16, 30.0, 28.0)]
-    lines.append(_line(0, 16, 22.0, 20.0).replace("\n", " cpu=4.0 cpu_launch=2.5 gc=0.0\n"))
+    lines.append(_line(0, 16, 22.0, 20.0).replace("\n", " cpu=4.0 cpu_launch=2.5 gc=0.0 reads=steady16\n"))
     lines.append(_line(0, 17, 9.0, 7.0))  # the long prompt's row decoding beside the 16
     path = tmp_path / "steps.log"
     path.write_text("".join(lines))
     listed = read.slowest(read.read_steps(path), rows=16, count=3)
     assert [number for number, _ in listed] == [3, 4, 5]
     assert read.slow_line(*listed[1]) == (
-        "  step 4: 22.0 ms, prefill 0, decoding 16, launch 20.0, cpu_launch 2.5, gc 0.0"
+        "  step 4: 22.0 ms, prefill 0, decoding 16, launch 20.0, cpu_launch 2.5, gc 0.0, reads steady16"
     )
     assert read.slow_line(*listed[0]).endswith("launch 28.0")  # an older log: no CPU time
