@@ -9,9 +9,9 @@ ones that also prefilled (the long prompt's chunks) are cut into thirds in order
 step ms and its phases (build, launch, wait), then the slowest chunk step and the median of the
 decode-only steps. One line per log, then `--slowest` lines (default 6), one per slowest step with the
 rows decoding (with or without a chunk, the long prompt's row joining or not): its number in the log,
-ms, what it prefilled, its launch against the engine thread's CPU time in it (`cpu_launch`, logs since
-2026-12-06: far less than the launch is a wait, not work), the garbage collection inside it, what the
-allocator grew by at its launches and how its passes read their recurrent state.
+ms, what it prefilled, its launch against the engine thread's CPU time in it (`cpu_launch`, logs
+since 2026-12-05's night: far less than the launch is a wait, not work), the garbage collection inside
+it, what the allocator grew by at its launches and how its passes read their recurrent state.
 
 `--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
 decode-only steps' median ms and phases, and the median time between two steps' ends less the later
@@ -32,7 +32,7 @@ READS = re.compile(r"reads=(\S+)")
 PHASES = ("total", "build", "launch", "wait", "other", "outside")  # --decode's columns
 
 
-def read_steps(path: Path) -> list[dict[str, float]]:
+def read_steps(path: Path) -> list[dict]:
     """Each logged step's numeric fields (prefill, decoding, build, launch, wait, other, total) and
     `at`, the wall time its line was written (the step's end)."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -45,7 +45,7 @@ def read_steps(path: Path) -> list[dict[str, float]]:
 
 
 def _reads(line: str) -> dict:
-    """How the step's passes read their rows' recurrent state (`reads=`, logs since 2026-12-06)."""
+    """How the step's passes read their rows' recurrent state (`reads=`: logs since 2026-12-05's night)."""
     found = READS.search(line)
     return {"reads": found.group(1)} if found else {}
 
@@ -85,14 +85,14 @@ def summary(steps: list[dict[str, float]], rows: int) -> dict:
     }
 
 
-def slowest(steps: list[dict[str, float]], rows: int, count: int) -> list[tuple[int, dict[str, float]]]:
+def slowest(steps: list[dict], rows: int, count: int) -> list[tuple[int, dict]]:
     """The `count` slowest steps with `rows` rows decoding (or `rows` + 1: the long prompt's row joined),
     by their number in the log (1-based), slowest first."""
     numbered = [(i, s) for i, s in enumerate(steps, 1) if s.get("decoding") in (rows, rows + 1)]
     return sorted(numbered, key=lambda pair: -pair[1]["total"])[:count]
 
 
-def slow_line(number: int, step: dict[str, float]) -> str:
+def slow_line(number: int, step: dict) -> str:
     extra = "".join(f", {key} {step[key]:.1f}" for key in ("cpu_launch", "gc", "launched_mb") if key in step)
     extra += f", reads {step['reads']}" if "reads" in step else ""
     return (

@@ -4,20 +4,19 @@ folder first on PYTHONPATH (Python imports `sitecustomize` at start-up).
     KINFER_STEP_HOOK=steps.log KINFER_STEP_SLOW=0 PYTHONPATH=scripts/step_log:$PWD kinfer --headless ...
 
 One line per step slower than KINFER_STEP_SLOW seconds (default 0.08; 0: every step): wall time, the
-step's ms, prompt positions prefilled, rows decoding and filling, and the step timer's phases (build,
-launch, wait, other; kinfer/engines/mlx/step_timer.py). KINFER_STEP_PROFILE=1 adds a cProfile of each
-slow step, KINFER_STEP_MEMORY=1 the memory account's parts in MB. Each line also carries the engine
-thread's CPU time (`cpu=`, `cpu_launch=`: step_timer.py), `gc=`, the milliseconds any thread spent
-collecting garbage during the step, `launched_mb=`, what the allocator grew by while the step's passes
-were launched (a pass that could not update a KV pool in place copies it whole), and `reads=`, how each
-pass read its rows' recurrent state. KINFER_STEP_KERNELS=N@TOKENS (CUDA, torch installed) records N
-steps kernel by kernel once a row has TOKENS tokens in (N@sSTEP: from the hook's STEP-th step on),
-each step apart (profile_steps.py's
-window): their host CUDA calls and the graphs they instantiated, appended to the log after the N steps.
-scripts/trace_ttft.py reads such a log beside its own request
-timeline. KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage collection of the process, with
-its pid and milliseconds. This is how the H200's burst steps were found to spend 100-300 ms in `mx.async_eval`
-(docs/benchmarks.md, 2026-12-02).
+step's ms, prompt positions prefilled, rows decoding and filling, the step timer's phases (build,
+launch, wait, other) and the engine thread's CPU time (`cpu`, `cpu_launch`; both
+kinfer/engines/mlx/step_timer.py), `gc`: the milliseconds any thread spent collecting garbage during
+the step, `launched_mb`: what the allocator grew by while the step's passes were launched (a pass that
+could not update a KV pool in place copies it whole, scripts/probe_donation.py), and `reads`: how each
+pass read its rows' recurrent state. KINFER_STEP_PROFILE=1 adds a cProfile of each slow step,
+KINFER_STEP_MEMORY=1 the memory account's parts in MB. KINFER_STEP_KERNELS=N@TOKENS (CUDA, torch
+installed) records N steps kernel by kernel, each apart (profile_steps.py's window), from the first step
+a row has TOKENS tokens in (N@sSTEP: from the hook's STEP-th step); their host CUDA calls, launched
+graphs and new graphs go into the log after the N steps. scripts/trace_ttft.py reads such a log beside
+its own request timeline. KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage collection of the
+process, with its pid and milliseconds. This is how the H200's burst steps were found to spend 100-300
+ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -54,16 +53,16 @@ def _install() -> None:
         profiler = cProfile.Profile() if profile else None
         if window is not None:
             window.maybe_begin(self)
+        reads.clear()  # the load's warm-up passes read state too, outside any step
         began = time.perf_counter()
         if profiler:
             profiler.enable()
-        with window.mark() if window is not None else _nothing():
+        with window.mark() if window is not None else contextlib.nullcontext():
             updates = step(self)
         if profiler:
             profiler.disable()
         seconds = time.perf_counter() - began
         step_reads = reads[:]
-        reads.clear()
         if window is not None:
             window.after(self, seconds)
         phases = self.step_timer.steps[-1] if self.step_timer.steps else {}
@@ -116,21 +115,14 @@ def _watch_reads() -> list[str]:
     return reads
 
 
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
 class _HookWindow:
-    """profile_steps.py's KernelWindow over a server's steps, from the first step a row has `tokens`
-    prompt tokens in."""
+    """profile_steps.py's KernelWindow over a server's steps: from the first step a row has `tokens`
+    tokens in, or from the `from_step`-th step."""
 
     def __init__(self, steps: int, tokens: int, out, *, from_step: int | None = None) -> None:
         sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # scripts/
         import profile_steps
 
-        self._module = profile_steps
         self.window = profile_steps.KernelWindow(steps, per_step=True)
         self.tokens, self.out, self.log = tokens, out, []
         self.from_step, self.steps = from_step, 0
