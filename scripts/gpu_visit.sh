@@ -24,7 +24,8 @@
 #                every step logged and read (~90 s; the first server on a fresh machine compiles MLX's
 #                kernels); qwen3-0.6b's context is 40,960 tokens, so a 50,000-token prompt needs
 #                SIZE=qwen3.5-0.8b CTX=65536; KINFER_STEP_KERNELS=6@s712 records steps 712-717 of the server
-#                kernel by kernel (the stall's slowest step on an H100 was the log's 715th in every run)
+#                kernel by kernel (the stall's slowest step on an H100 was the log's 715th in every run);
+#                KINFER_STEP_SYNC=1 launches each pass once the device is done (step_log/sitecustomize.py)
 #   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
 #                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s); PER_STEP=1:
 #                each step recorded apart, a line each (its host CUDA calls, its new graphs); AFTER: steps

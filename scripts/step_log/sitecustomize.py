@@ -14,7 +14,11 @@ KINFER_STEP_MEMORY=1 the memory account's parts in MB. KINFER_STEP_KERNELS=N@TOK
 installed) records N steps kernel by kernel, each apart (profile_steps.py's window), from the first step
 a row has TOKENS tokens in (N@sSTEP: from the hook's STEP-th step); their host CUDA calls, launched
 graphs and new graphs go into the log after the N steps. scripts/trace_ttft.py reads such a log beside
-its own request timeline. KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage collection of the
+its own request timeline. KINFER_STEP_SYNC=1 waits for the device to finish everything before each
+pass is launched (a test, not a setting: it gives up the overlap of host and device work): every KV
+write then finds its pool free and updates it in place (scripts/probe_donation.py), so if new CUDA
+graphs still appear mid-serving, timing did not make them.
+KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage collection of the
 process, with its pid and milliseconds. This is how the H200's burst steps were found to spend 100-300
 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
 """
@@ -46,6 +50,8 @@ def _install() -> None:
     collections = _watch_collections()
     window = _kernel_window(out)
     reads = _watch_reads()
+    if os.environ.get("KINFER_STEP_SYNC"):
+        _sync_before_each_pass(mlx_engine.MlxEngine)
 
     def logged_step(self):
         if not isinstance(self.step_timer, StepTimer):
@@ -87,6 +93,19 @@ def _install() -> None:
         return updates
 
     mlx_engine.MlxEngine.step = logged_step
+
+
+def _sync_before_each_pass(engine_class) -> None:
+    """Each pass launched only once the device has finished (and MLX released) all earlier work."""
+    import mlx.core as mx
+
+    launch = engine_class._launch
+
+    def synced(self, outputs):
+        mx.synchronize()
+        return launch(self, outputs)
+
+    engine_class._launch = synced
 
 
 def _watch_reads() -> list[str]:
