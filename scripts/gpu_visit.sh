@@ -25,7 +25,9 @@
 #                kernels); qwen3-0.6b's context is 40,960 tokens, so a 50,000-token prompt needs
 #                SIZE=qwen3.5-0.8b CTX=65536; KINFER_STEP_KERNELS=6@s712 records steps 712-717 of the server
 #                kernel by kernel (the stall's slowest step on an H100 was the log's 715th in every run);
-#                KINFER_STEP_SYNC=1 launches each pass once the device is done (step_log/sitecustomize.py)
+#                KINFER_STEP_SYNC=1 launches each pass once the device is done (step_log/sitecustomize.py);
+#                the recorded steps' graphs are printed whole and a step that built graphs set against the next
+#                (read_step_log.py --diff-graphs)
 #   kernelsN     the stall scenario in-process (tree $TREE_B), KERNELS steps (default 2) recorded kernel
 #                by kernel from KERNELS_AT of the prompt (default 0.0), new CUDA graphs named (~90 s); PER_STEP=1:
 #                each step recorded apart, a line each (its host CUDA calls, its new graphs); AFTER: steps
@@ -64,7 +66,9 @@ stall() {  # stall TREE NAME
   smi_stop "$2"
   python3 scripts/read_step_log.py "$R/steps-$2.log" 2>&1 | tail -12
   # KINFER_STEP_KERNELS=N@TOKENS or N@sSTEP (step_log/sitecustomize.py): the recorded steps, a line each
-  grep -E "^step |^  " "$R/steps-$2.log" | cut -c1-500 | head -40
+  grep -E "^step |^  " "$R/steps-$2.log" | grep -v "^  graph [0-9]" | cut -c1-500 | head -40
+  # what made a recorded step's graphs new: its kernels against the next step's
+  python3 scripts/read_step_log.py --diff-graphs "$R/steps-$2.log" | cut -c1-300 | head -60
   gzip -f "$R/steps-$2.log"
   # one file for every run's log: a device call brings back a few files only (8 came back on 2026-12-05)
   tar -rf "$R/steps.tar" -C "$R" "steps-$2.log.gz" && rm "$R/steps-$2.log.gz"

@@ -126,13 +126,19 @@ class KernelTimes:
     def launched_graphs(self) -> list[int]:
         """Each CUDA graph launch's kernel count (its memsets and copies too), in launch order: the
         shape of a step's passes as MLX cut them into graphs, to set a new one beside its neighbours."""
-        counts: dict[object, int] = defaultdict(int)
-        for e in self.events:
+        return [len(kernels) for kernels in self.launched_kernels()]
+
+    def launched_kernels(self) -> list[list[str]]:
+        """Each CUDA graph launch's kernels by name, in launch order and, within a graph, time order: a
+        step's new graphs set beside the next step's updated ones show what made them new
+        (read_step_log.py --diff-graphs)."""
+        kernels: dict[object, list[str]] = defaultdict(list)
+        for e in self.events:  # in time order
             if e.get("correlation") is not None:
-                counts[e["correlation"]] += 1
+                kernels[e["correlation"]].append(short_name(e["name"]))
         launches = [c for c in self.api_calls if c["name"] == "cudaGraphLaunch"]
         launches.sort(key=lambda e: e["ts"])
-        return [counts.get(c.get("correlation"), 0) for c in launches]
+        return [kernels.get(c.get("correlation"), []) for c in launches]
 
     def table(self, top: int = 25) -> str:
         busy = self.busy_us() / 1000

@@ -164,6 +164,7 @@ def _step_calls(times) -> dict:
     return {
         "api_calls": times.by_api_call()[:15],
         "launched_graphs": times.launched_graphs(),
+        "launched_runs": [runs(kernels) for kernels in times.launched_kernels()],
         "new_graphs": [
             {"instantiate_us": g["instantiate_us"], "kernels": len(g["kernels"]), "runs": runs(g["kernels"])}
             for g in times.new_graphs()
@@ -193,6 +194,8 @@ def _step_line(step: dict) -> str:
     for graph in step["kernel_step"]["new_graphs"]:
         head = f"  new graph ({graph['instantiate_us']:.0f} us) {graph['kernels']} kernels"
         lines.append(f"{head}: {graph['runs'][:300]}")
+    # every launched graph whole, for read_step_log.py --diff-graphs
+    lines.extend(f"  graph {i}: {kernels}" for i, kernels in enumerate(step["kernel_step"]["launched_runs"]))
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
     python scripts/read_step_log.py steps-NAME.log.gz [...] [--rows 16]
     python scripts/read_step_log.py steps-NAME.log.gz --decode   # decode-only steps by rows decoding
+    python scripts/read_step_log.py steps-NAME.log.gz --diff-graphs   # what made a step's graphs new
 
 Reads logs written by scripts/step_log (`KINFER_STEP_HOOK`, every step with `KINFER_STEP_SLOW=0`), as
 `scripts/bench_stalls.py` runs keep them beside their JSON. Of the steps with `--rows` rows decoding, the
@@ -13,6 +14,10 @@ ms, what it prefilled, its launch against the engine thread's CPU time in it (`c
 since 2026-12-05's night: far less than the launch is a wait, not work), the garbage collection inside
 it, what the allocator grew by at its launches and how its passes read their recurrent state.
 
+`--diff-graphs` reads the steps a log recorded kernel by kernel (`KINFER_STEP_KERNELS`, logs since
+2026-12-06): for each step that instantiated CUDA graphs, its kernels against the next recorded step's,
+the whole step in launch order, as the kernels one has and the other lacks: what made its graphs new.
+
 `--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
 decode-only steps' median ms and phases, and the median time between two steps' ends less the later
 step's own: what the serving loop spends outside `step` (handing tokens over, waiting for the GIL).
@@ -21,6 +26,7 @@ step's own: what the serving loop spends outside `step` (handing tokens over, wa
 from __future__ import annotations
 
 import argparse
+import difflib
 import gzip
 import itertools
 import re
@@ -112,6 +118,48 @@ def line(name: str, cells: dict) -> str:
     )
 
 
+def recorded_steps(path: Path) -> list[dict]:
+    """The steps a log recorded kernel by kernel: each one's header line, its instantiations and the
+    kernels of every graph it launched, in order (runs like "copy_v x2" spelled out)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    steps: list[dict] = []
+    with opener(path, "rt") as lines:
+        for line in lines:
+            if line.startswith("step "):
+                made = re.search(r"instantiate (\d+) x", line)
+                new = int(made.group(1)) if made else 0
+                steps.append({"header": line.split(":")[0], "new": new, "kernels": []})
+            elif steps and re.match(r"  graph \d+: ", line):
+                steps[-1]["kernels"].extend(_spelled(line.split(": ", 1)[1].strip()))
+    return steps
+
+
+def _spelled(runs: str) -> list[str]:
+    """ "a x2, b" -> [a, a, b] (kernel_times.runs, read back; names hold no ", ")."""
+    names: list[str] = []
+    for run in filter(None, runs.split(", ")):
+        name, times = re.fullmatch(r"(.*?)(?: x(\d+))?", run).groups()
+        names.extend([name] * int(times or 1))
+    return names
+
+
+def graph_diffs(steps: list[dict], limit: int = 30) -> list[str]:
+    """Each step with new graphs against the next recorded step: the kernels only one of them ran."""
+    out: list[str] = []
+    for step, after in itertools.pairwise(steps):
+        if not step["new"]:
+            continue
+        out.append(
+            f"{step['header']} ({step['new']} new graphs, {len(step['kernels'])} kernels) against "
+            f"{after['header']} ({len(after['kernels'])} kernels):"
+        )
+        changed = [d for d in difflib.ndiff(step["kernels"], after["kernels"]) if d[0] in "-+"]
+        out.extend(f"  {'only here' if d[0] == '-' else 'only next'}: {d[2:]}" for d in changed[:limit])
+        if len(changed) > limit:
+            out.append(f"  ... {len(changed) - limit} more")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -120,8 +168,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="the streaming rows beside the long prompt")
     parser.add_argument("--decode", action="store_true", help="decode-only steps by rows decoding")
     parser.add_argument("--slowest", type=int, default=6, help="the slowest steps listed, one a line")
+    parser.add_argument("--diff-graphs", action="store_true", help="new CUDA graphs against the next step")
     args = parser.parse_args()
     for path in args.logs:
+        if args.diff_graphs:
+            print("\n".join(graph_diffs(recorded_steps(path))))
+            continue
         if args.decode:
             for rows, cells in decode_summary(read_steps(path)).items():
                 ms = ", ".join(f"{k} {cells[k]:.2f}" for k in PHASES)

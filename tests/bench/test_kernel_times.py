@@ -159,6 +159,7 @@ def test_a_steps_calls_are_the_ones_inside_its_mark_and_the_kernels_they_launche
     [graph] = first.new_graphs()
     assert graph["kernels"] == ["a", "Memset"]  # a graph's memsets are part of its topology
     assert first.launched_graphs() == [2] and times.launched_graphs() == [2, 1]  # by launch, in order
+    assert times.launched_kernels() == [["a", "Memset"], ["b"]]
     assert [c["call"] for c in second.by_api_call()] == ["cudaGraphLaunch"] and not second.new_graphs()
     assert [e["name"] for e in second.events] == ["void b(int)"]
 
@@ -181,6 +182,7 @@ def test_a_per_step_window_marks_each_step_and_prints_a_line_each(kernel_times, 
                 by_api_call=lambda: instantiated if mark["ts"] == 10 else [],
                 new_graphs=lambda: [{"instantiate_us": 2000, "kernels": ["a", "a"]}] if mark["ts"] else [],
                 launched_graphs=lambda: [2, 100] if mark["ts"] else [100],
+                launched_kernels=lambda: [["a", "a"], ["b"] * 100] if mark["ts"] else [["b"] * 100],
             )
 
     monkeypatch.setitem(
@@ -200,9 +202,10 @@ def test_a_per_step_window_marks_each_step_and_prints_a_line_each(kernel_times, 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("step 0.0 ms prefill 128 fed 0: instantiate 0,")
     assert lines[1] == "  graphs launched (kernels each): [100]"
-    assert lines[2].startswith("step 1.0 ms prefill 128 fed 256: instantiate 1 x 2.00 ms,")
-    assert lines[3] == "  graphs launched (kernels each): [2, 100]"
-    assert lines[4:] == ["  new graph (2000 us) 2 kernels: a x2"]
+    assert lines[2] == "  graph 0: a x2"  # every launched graph whole (runs faked: "a x2")
+    assert lines[3].startswith("step 1.0 ms prefill 128 fed 256: instantiate 1 x 2.00 ms,")
+    assert lines[4] == "  graphs launched (kernels each): [2, 100]"
+    assert lines[5:] == ["  new graph (2000 us) 2 kernels: a x2", "  graph 0: a x2", "  graph 1: a x2"]
     assert log[1]["kernel_step"]["new_graphs"][0]["kernels"] == 2
 
 
