@@ -135,9 +135,17 @@ def recorded_steps(path: Path) -> list[dict]:
 
 
 def _spelled(runs: str) -> list[str]:
-    """ "a x2, b" -> [a, a, b] (kernel_times.runs, read back; names hold no ", ")."""
+    """ "a<int, 4> x2, b" -> [a<int, 4>, a<int, 4>, b] (kernel_times.runs, read back: the runs split
+    at the commas outside a name's template arguments)."""
+    pieces, depth, start = [], 0, 0
+    for i, char in enumerate(runs):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            pieces.append(runs[start:i].strip())
+            start = i + 1
+    pieces.append(runs[start:].strip())
     names: list[str] = []
-    for run in filter(None, runs.split(", ")):
+    for run in filter(None, pieces):
         name, times = re.fullmatch(r"(.*?)(?: x(\d+))?", run).groups()
         names.extend([name] * int(times or 1))
     return names
