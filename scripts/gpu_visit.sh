@@ -33,6 +33,8 @@
 #                each step recorded apart, a line each (its host CUDA calls, its new graphs); AFTER: steps
 #                run past the prompt's first token (default 10: KERNELS_AT=1 with KERNELS=14 AFTER=16
 #                records its row joining, leaving and the steps after)
+#   testsN       pytest on $TESTS (default tests/engines/mlx; pytest's wheels staged in the bundle), the whole
+#                output kept in $R/testsN.txt: a device call brings back only the output's last 12,000 characters
 #   inprocN      the stall scenario in-process, no profiler: the slowest steps from the prompt's arrival on
 #                (ms, launch against the engine thread's CPU time in it; ~60 s)
 # Seen on 2026-12-04 (sixth session): setup + models + two stall runs ~245 s of a call's 600.
@@ -115,6 +117,9 @@ for step in "$@"; do
         --before 30 --after "${AFTER:-10}" --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" ${PER_STEP:+--kernels-per-step} \
         --json "$R/$step.json") > "$R/$step.txt" 2>&1
       grep -v 'Warning\|_warn_once' "$R/$step.txt" | grep -v '^    ' | cut -c1-240 | head -40 ;;
+    tests*)  # the CUDA tests of $TESTS (default: tests/engines/mlx), all output kept in $R/tests-N.txt
+      python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/engines/mlx} > "$R/$step.txt" 2>&1
+      grep -E "^(FAILED|ERROR)|passed|failed" "$R/$step.txt" | tail -12 ;;
     *) echo "unknown step: $step" ;;
   esac
   echo "== $step $(( $(date +%s) - start )) s"
