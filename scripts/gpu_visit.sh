@@ -117,7 +117,7 @@ for step in "$@"; do
         --before 30 --after "${AFTER:-10}" --kernels "${KERNELS:-2}" --kernels-at "${KERNELS_AT:-0.0}" ${PER_STEP:+--kernels-per-step} \
         --json "$R/$step.json") > "$R/$step.txt" 2>&1
       grep -v 'Warning\|_warn_once' "$R/$step.txt" | grep -v '^    ' | cut -c1-240 | head -40 ;;
-    tests*)  # the CUDA tests of $TESTS (default: tests/engines/mlx), all output kept in $R/tests-N.txt
+    tests*)  # the CUDA tests of $TESTS (default: tests/engines/mlx), all output kept in $R/testsN.txt
       python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests/engines/mlx} > "$R/$step.txt" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed" "$R/$step.txt" | tail -12 ;;
     *) echo "unknown step: $step" ;;

@@ -8,8 +8,10 @@ the whole pool first. The inputs of work still running on the device are such ho
 until that work completes), so whether a scatter copies depends on how far the device has got when the
 host builds it. This probe times it out: a slow reader of a pool is launched, then the scatter, either
 at once or after the reader finished, and the allocator's growth at the scatter is printed (the pool's
-size: a copy; 0: in place). On CUDA the copy is one more kernel in the pass's CUDA graph, so the same
-pass has several topologies, picked by timing (docs/benchmarks.md, "H100, night of 2026-12-05").
+size: a copy; 0: in place). On CUDA the copy is one more kernel in the pass's CUDA graph, so a pass
+can have several topologies, picked by timing. Suspected on 2026-12-05 of the stall's slow step; an
+H100 run with the KV pools written in place ruled the pools out (docs/benchmarks.md, "H100,
+2026-12-06"): the same holds for any array a pass updates, the recurrent state included.
 """
 
 from __future__ import annotations

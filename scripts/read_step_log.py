@@ -41,13 +41,17 @@ PHASES = ("total", "build", "launch", "wait", "other", "outside")  # --decode's 
 def read_steps(path: Path) -> list[dict]:
     """Each logged step's numeric fields (prefill, decoding, build, launch, wait, other, total) and
     `at`, the wall time its line was written (the step's end)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as lines:
+    with _lines(path) as lines:
         return [
             {"at": float(line.split()[0]), **{k: float(v) for k, v in FIELD.findall(line)}, **_reads(line)}
             for line in lines
             if " step " in line
         ]
+
+
+def _lines(path: Path):
+    """A step log's lines, gzipped or not."""
+    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
 
 def _reads(line: str) -> dict:
@@ -121,9 +125,8 @@ def line(name: str, cells: dict) -> str:
 def recorded_steps(path: Path) -> list[dict]:
     """The steps a log recorded kernel by kernel: each one's header line, its instantiations and the
     kernels of every graph it launched, in order (runs like "copy_v x2" spelled out)."""
-    opener = gzip.open if path.suffix == ".gz" else open
     steps: list[dict] = []
-    with opener(path, "rt") as lines:
+    with _lines(path) as lines:
         for line in lines:
             if line.startswith("step "):
                 made = re.search(r"instantiate (\d+) x", line)

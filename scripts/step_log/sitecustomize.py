@@ -7,17 +7,17 @@ One line per step slower than KINFER_STEP_SLOW seconds (default 0.08; 0: every s
 step's ms, prompt positions prefilled, rows decoding and filling, the step timer's phases (build,
 launch, wait, other) and the engine thread's CPU time (`cpu`, `cpu_launch`; both
 kinfer/engines/mlx/step_timer.py), `gc`: the milliseconds any thread spent collecting garbage during
-the step, `launched_mb`: what the allocator grew by while the step's passes were launched (a pass that
-could not update a KV pool in place copies it whole, scripts/probe_donation.py), and `reads`: how each
+the step, `launched_mb`: what the allocator grew by while the step's passes were launched (a copy an
+array could not be updated in place shows here: scripts/probe_donation.py), and `reads`: how each
 pass read its rows' recurrent state. KINFER_STEP_PROFILE=1 adds a cProfile of each slow step,
 KINFER_STEP_MEMORY=1 the memory account's parts in MB. KINFER_STEP_KERNELS=N@TOKENS (CUDA, torch
 installed) records N steps kernel by kernel, each apart (profile_steps.py's window), from the first step
 a row has TOKENS tokens in (N@sSTEP: from the hook's STEP-th step); their host CUDA calls, launched
 graphs and new graphs go into the log after the N steps. scripts/trace_ttft.py reads such a log beside
 its own request timeline. KINFER_STEP_SYNC=1 waits for the device to finish everything before each
-pass is launched (a test, not a setting: it gives up the overlap of host and device work): every KV
-write then finds its pool free and updates it in place (scripts/probe_donation.py), so if new CUDA
-graphs still appear mid-serving, timing did not make them.
+pass is launched (a test, not a setting: it gives up the overlap of host and device work): every
+update then finds its array free of earlier work and is made in place (scripts/probe_donation.py), so
+if new CUDA graphs still appear mid-serving, timing did not make them.
 KINFER_GC_LOG=gc.log (alone or beside it) logs every garbage collection of the
 process, with its pid and milliseconds. This is how the H200's burst steps were found to spend 100-300
 ms in `mx.async_eval` (docs/benchmarks.md, 2026-12-02).
