@@ -23,6 +23,9 @@ _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 
+NAME_CAP = 120  # a kernel name's characters kept (cuBLAS's run to hundreds)
+
+
 def short_name(name: str) -> str:
     """A kernel's name without its parameter list (template arguments kept: cuBLAS's tile is in them)."""
     depth = 0
@@ -31,7 +34,11 @@ def short_name(name: str) -> str:
         if ch == "(" and depth == 0 and i:
             name = name[:i]
             break
-    return name.removeprefix("void ").strip()[:120]
+    name = name.removeprefix("void ").strip()
+    if len(name) <= NAME_CAP:
+        return name
+    cut = name[:NAME_CAP]  # closed again, so that a list of names still splits at its commas
+    return cut + "…" + ">" * max(0, cut.count("<") - cut.count(">"))
 
 
 class KernelTimes:

@@ -26,11 +26,11 @@ step's own: what the serving loop spends outside `step` (handing tokens over, wa
 from __future__ import annotations
 
 import argparse
-import difflib
 import gzip
 import itertools
 import re
 import statistics
+from collections import Counter
 from pathlib import Path
 
 FIELD = re.compile(r"(\w+)=([\d.]+)")
@@ -137,13 +137,17 @@ def recorded_steps(path: Path) -> list[dict]:
     return steps
 
 
+NAME_CAP = 120  # kernel_times.NAME_CAP: logs written before a cut name was closed again leave a "<" open
+
+
 def _spelled(runs: str) -> list[str]:
     """ "a<int, 4> x2, b" -> [a<int, 4>, a<int, 4>, b] (kernel_times.runs, read back: the runs split
     at the commas outside a name's template arguments)."""
     pieces, depth, start = [], 0, 0
     for i, char in enumerate(runs):
         depth += {"<": 1, ">": -1}.get(char, 0)
-        if char == "," and depth == 0:
+        if char == "," and (depth == 0 or len(runs[start:i].strip()) >= NAME_CAP):
+            depth = 0
             pieces.append(runs[start:i].strip())
             start = i + 1
     pieces.append(runs[start:].strip())
@@ -154,8 +158,9 @@ def _spelled(runs: str) -> list[str]:
     return names
 
 
-def graph_diffs(steps: list[dict], limit: int = 30) -> list[str]:
-    """Each step with new graphs against the next recorded step: the kernels only one of them ran."""
+def graph_diffs(steps: list[dict]) -> list[str]:
+    """Each step with new graphs against the next recorded step: the kernels one of them ran more often,
+    by name (a pass's order shifts around an inserted kernel, its counts do not)."""
     out: list[str] = []
     for step, after in itertools.pairwise(steps):
         if not step["new"]:
@@ -164,10 +169,9 @@ def graph_diffs(steps: list[dict], limit: int = 30) -> list[str]:
             f"{step['header']} ({step['new']} new graphs, {len(step['kernels'])} kernels) against "
             f"{after['header']} ({len(after['kernels'])} kernels):"
         )
-        changed = [d for d in difflib.ndiff(step["kernels"], after["kernels"]) if d[0] in "-+"]
-        out.extend(f"  {'only here' if d[0] == '-' else 'only next'}: {d[2:]}" for d in changed[:limit])
-        if len(changed) > limit:
-            out.append(f"  ... {len(changed) - limit} more")
+        here, there = Counter(step["kernels"]), Counter(after["kernels"])
+        out.extend(f"  only here: {name} x{n}" for name, n in (here - there).items())
+        out.extend(f"  only next: {name} x{n}" for name, n in (there - here).items())
     return out
 
 

@@ -32,6 +32,10 @@ def test_a_kernel_is_named_without_its_parameters_but_with_its_template(kernel_t
         short("void cutlass::Kernel2<gemm_bf16_128x2_tn>(Params)") == "cutlass::Kernel2<gemm_bf16_128x2_tn>"
     )
     assert short("cudnn_generated_sdpa_kernel0_0") == "cudnn_generated_sdpa_kernel0_0"
+    long = "void cublasLt::splitKreduce_kernel<32, 16, " + "float, " * 40 + "int>(Params)"
+    cut = short(long)  # cut at the cap, its brackets closed: a list of names still splits at commas
+    assert cut.startswith("cublasLt::splitKreduce_kernel<32, 16, float")
+    assert cut.endswith("…>") and len(cut) == kernel_times.NAME_CAP + 2
 
 
 def test_busy_time_counts_overlapping_kernels_once_and_kernels_are_summed_by_name(kernel_times):

@@ -90,6 +90,13 @@ def test_a_step_that_built_graphs_is_set_against_the_next_kernel_by_kernel(tmp_p
     assert read.graph_diffs(steps) == [
         "step 32.5 ms prefill 0 fed 769 (2 new graphs, 6 kernels) against step 9.4 ms prefill 0 fed 770 "
         "(4 kernels):",
-        "  only here: copy_s<float, int, 8>",
-        "  only here: copy_s<float, int, 8>",
+        "  only here: copy_s<float, int, 8> x2",
     ]
+
+
+def test_a_name_cut_at_the_recorders_cap_still_ends_at_its_comma(tmp_path):
+    # logs written before kernel_times closed a cut name's brackets: "<" left open, no ">" to come
+    read = _load("read_step_log")
+    cut = "cublasLt::splitKreduce_kernel<32, 16, int, float, " + "x" * (read.NAME_CAP - 50)
+    assert len(cut) == read.NAME_CAP
+    assert read._spelled(f"{cut}, rms_norm<8> x2, add") == [cut, "rms_norm<8>", "rms_norm<8>", "add"]

@@ -111,13 +111,16 @@ class RowBlocks:
         return alloc.take(n)
 
     def _grow(self, blocks: int) -> None:
-        """Add `blocks` KV blocks to every paged layer, one layer at a time: grown lazily, every layer's
-        old and new pools would be alive together until the pass that first uses them ends (on a GPU
-        MLX frees a pass's buffers only then), ~2.5x the KV at that peak."""
+        """Add `blocks` KV blocks to every paged layer, one layer at a time, each grown pool evaluated
+        at once. Grown lazily, every layer's old and new pools would be alive together until the pass
+        that first uses them ends (on a GPU MLX frees a pass's buffers only then), ~2.5x the KV at that
+        peak; and the growth's copies, inside that pass, made it a graph no warm-up had run: on an H100
+        the step after a 50,000-token prompt's row left re-instantiated every CUDA graph of the pass,
+        36-46 ms against ~7-10 (docs/benchmarks.md, "H100, second session of 2026-12-06")."""
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
-            mx.eval(layer.arrays)
+            mx.eval(layer.arrays())
 
     def _save_checkpoints(self, prefill: PrefillPass) -> None:
         """Pool the rows of a launched pass that reached a checkpoint. After the launch, not while the
