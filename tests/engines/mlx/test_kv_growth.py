@@ -23,7 +23,7 @@ def test_grown_pools_are_evaluated_before_any_pass_reads_them(tiny_qwen3, make_m
     assert kernel_sequence(pools) == ()  # nothing left for the next pass to compute
 
 
-def test_the_pass_of_the_step_that_grew_the_pools_is_the_pass_before_it(tiny_qwen3, make_mlx):
+def test_the_pass_of_the_step_that_grew_the_pools_is_the_pass_after_it(tiny_qwen3, make_mlx):
     engine = make_mlx(tiny_qwen3, rows=1, ctx=1024, warm_up=False)
     first = engine._alloc.total
     launched = launches_recorded(engine)
@@ -34,5 +34,7 @@ def test_the_pass_of_the_step_that_grew_the_pools_is_the_pass_before_it(tiny_qwe
         engine.step()
         passes += [(blocks, engine._alloc.total, kernels) for _, kernels in launched[done:]]
     grew = [i for i, (before, after, _) in enumerate(passes) if after > before]
-    assert len(grew) == 1 and grew[0] > 1  # the row outgrew its first blocks while decoding
-    assert passes[grew[0]][2] == passes[grew[0] - 1][2]  # no pool copied inside the pass
+    assert len(grew) == 1 and 1 < grew[0] < len(passes) - 1  # the row outgrew its first blocks decoding
+    # no pool copied inside the pass (against the next step's: a longer row may change the split of
+    # the decode attention at a block boundary, here that of the block that needed the growth)
+    assert passes[grew[0]][2] == passes[grew[0] + 1][2]
