@@ -16,7 +16,7 @@ it, what the allocator grew by at its launches and how its passes read their rec
 
 `--diff-graphs` reads the steps a log recorded kernel by kernel (`KINFER_STEP_KERNELS`, logs since
 2026-12-06): for each step that instantiated CUDA graphs, its kernels against the next recorded step's,
-the whole step in launch order, as the kernels one has and the other lacks: what made its graphs new.
+counted by name, as the kernels one ran more often than the other: what made its graphs new.
 
 `--decode` reads a plain decoding run (a sweep's server) instead: per count of rows decoding, the
 decode-only steps' median ms and phases, and the median time between two steps' ends less the later

@@ -116,7 +116,7 @@ class RowBlocks:
         that first uses them ends (on a GPU MLX frees a pass's buffers only then), ~2.5x the KV at that
         peak; and the growth's copies, inside that pass, made it a graph no warm-up had run: on an H100
         the step after a 50,000-token prompt's row left re-instantiated every CUDA graph of the pass,
-        36-46 ms against ~7-10 (docs/benchmarks.md, "H100, second session of 2026-12-06")."""
+        35-47 ms against 7-15 (docs/benchmarks.md, "H100, second session of 2026-12-06")."""
         self._alloc.add(blocks)
         for layer in self._paged:
             layer.resize(self._alloc.total)
