@@ -10,8 +10,9 @@ host builds it. This probe times it out: a slow reader of a pool is launched, th
 at once or after the reader finished, and the allocator's growth at the scatter is printed (the pool's
 size: a copy; 0: in place). On CUDA the copy is one more kernel in the pass's CUDA graph, so a pass
 can have several topologies, picked by timing. Suspected on 2026-12-05 of the stall's slow step; an
-H100 run with the KV pools written in place ruled the pools out (docs/benchmarks.md, "H100,
-2026-12-06"): the same holds for any array a pass updates, the recurrent state included.
+H100 run with the KV pools written in place ruled the pools' writes out (docs/benchmarks.md, "H100,
+2026-12-06"), and the step turned out to be the pools growing inside the pass (row_blocks._grow,
+"H100, second session of 2026-12-06"). The probe's point holds for any array a pass updates.
 """
 
 from __future__ import annotations
